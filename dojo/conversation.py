@@ -1,0 +1,132 @@
+"""Conversation records in the three formats users bring, normalised to OpenAI-style messages.
+
+Detected per record, first match wins:
+- messages: ``{"messages": [{"role": ..., "content": ...}, ...]}`` (or a bare list of messages)
+- ShareGPT: ``{"conversations": [{"from": "human"|"gpt"|"system"|..., "value": ...}, ...]}``
+- Alpaca:   ``{"instruction": ..., "input": ..., "output": ..., ["system"], ["history"]}``
+"""
+
+from typing import Any
+
+from dojo.errors import DataError
+
+ROLES = ("system", "user", "assistant", "tool")
+Message = dict[str, Any]
+
+# ShareGPT speaker names as used by FastChat, LLaMA-Factory and axolotl.
+_SHAREGPT_ROLES = {
+    "system": "system",
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "model": "assistant",
+    "function_call": "assistant",
+    "observation": "tool",
+    "tool": "tool",
+    "function": "tool",
+}
+
+FORMATS = ("messages", "sharegpt", "alpaca")
+
+
+def detect_format(record: Any) -> str:
+    """Name the record's format, or raise DataError saying what was expected."""
+    if isinstance(record, list):
+        return "messages"
+    if not isinstance(record, dict):
+        raise DataError(
+            f"expected a JSON object or a list of messages, got {type(record).__name__}",
+            hint='use {"messages": [{"role": "user", "content": "..."}, ...]}',
+        )
+    if "messages" in record:
+        return "messages"
+    if "conversations" in record:
+        return "sharegpt"
+    if "instruction" in record and "output" in record:
+        return "alpaca"
+    keys = ", ".join(sorted(map(str, record))) or "none"
+    raise DataError(
+        f"record is not in a known format (keys: {keys})",
+        hint="expected 'messages' (OpenAI), 'conversations' (ShareGPT) "
+        "or 'instruction'+'output' (Alpaca)",
+    )
+
+
+def to_messages(record: Any) -> tuple[str, list[Message]]:
+    """Return (format, messages) with every message checked; raise DataError otherwise."""
+    fmt = detect_format(record)
+    if fmt == "messages":
+        msgs = record if isinstance(record, list) else record["messages"]
+        return fmt, check_messages(msgs)
+    if fmt == "sharegpt":
+        return fmt, check_messages(_from_sharegpt(record))
+    return fmt, check_messages(_from_alpaca(record))
+
+
+def check_messages(msgs: Any) -> list[Message]:
+    """A non-empty list of objects with a known role and a string (or list, or null) content."""
+    if not isinstance(msgs, list) or not msgs:
+        raise DataError(
+            "messages must be a non-empty list of {role, content} objects",
+            hint='e.g. [{"role": "user", "content": "Hi"}]',
+        )
+    out: list[Message] = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise DataError(f"message {i} is {type(m).__name__}, not an object with role and content")
+        role = m.get("role")
+        if role not in ROLES:
+            raise DataError(
+                f"message {i} has unknown role {role!r}",
+                hint=f"roles are {', '.join(ROLES)}",
+            )
+        if "content" not in m and not m.get("tool_calls"):
+            raise DataError(f"message {i} ({role}) has no 'content'")
+        content = m.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise DataError(
+                f"message {i} ({role}) content is {type(content).__name__}, not a string"
+            )
+        out.append(dict(m))
+    return out
+
+
+def _from_sharegpt(record: dict[str, Any]) -> list[Message]:
+    turns = record["conversations"]
+    if not isinstance(turns, list) or not turns:
+        raise DataError("'conversations' must be a non-empty list of {from, value} objects")
+    msgs: list[Message] = []
+    if isinstance(record.get("system"), str) and record["system"]:
+        msgs.append({"role": "system", "content": record["system"]})
+    for i, t in enumerate(turns):
+        if not isinstance(t, dict) or "from" not in t or "value" not in t:
+            raise DataError(f"conversations[{i}] needs 'from' and 'value'")
+        role = _SHAREGPT_ROLES.get(str(t["from"]).lower())
+        if role is None:
+            raise DataError(
+                f"conversations[{i}] has unknown speaker {t['from']!r}",
+                hint="use human/gpt/system (or user/assistant/tool)",
+            )
+        msgs.append({"role": role, "content": t["value"]})
+    return msgs
+
+
+def _from_alpaca(record: dict[str, Any]) -> list[Message]:
+    instruction, inp, output = record["instruction"], record.get("input") or "", record["output"]
+    for key, val in (("instruction", instruction), ("input", inp), ("output", output)):
+        if not isinstance(val, str):
+            raise DataError(f"alpaca field {key!r} must be a string, got {type(val).__name__}")
+    msgs: list[Message] = []
+    if isinstance(record.get("system"), str) and record["system"]:
+        msgs.append({"role": "system", "content": record["system"]})
+    for pair in record.get("history") or []:
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise DataError("alpaca 'history' must be a list of [prompt, response] pairs")
+        msgs += [{"role": "user", "content": pair[0]}, {"role": "assistant", "content": pair[1]}]
+    prompt = f"{instruction}\n\n{inp}" if inp else instruction  # LLaMA-Factory's join
+    msgs += [{"role": "user", "content": prompt}, {"role": "assistant", "content": output}]
+    return msgs

@@ -1,0 +1,37 @@
+"""Where bundled data lives: ``templates/`` in the repo, ``dojo/templates`` in a wheel."""
+
+import difflib
+from pathlib import Path
+
+from dojo.errors import DojoError
+
+_PKG = Path(__file__).resolve().parent
+
+
+def templates_dir() -> Path:
+    """The bundled templates folder (wheel layout first, then the editable/repo layout)."""
+    for cand in (_PKG / "templates", _PKG.parent / "templates"):
+        if cand.is_dir():
+            return cand
+    raise DojoError("dojo's bundled templates are missing", hint="reinstall dojo: pip install -e .")
+
+
+def list_templates(kind: str, suffix: str) -> list[str]:
+    """Names (without suffix) of the bundled templates of one kind: zero, chat, train, data."""
+    folder = templates_dir() / kind
+    return sorted(p.name[: -len(suffix)] for p in folder.glob(f"*{suffix}"))
+
+
+def close_names(name: str, names: list[str], n: int = 3) -> list[str]:
+    return difflib.get_close_matches(name, names, n=n, cutoff=0.5)
+
+
+def find_template(kind: str, name: str, suffix: str, *, flag: str) -> Path:
+    """Path of a bundled template, or an error that lists the close names."""
+    path = templates_dir() / kind / f"{name}{suffix}"
+    if path.is_file():
+        return path
+    names = list_templates(kind, suffix)
+    close = close_names(name, names)
+    hint = f"did you mean {', '.join(close)}?" if close else f"available: {', '.join(names)}"
+    raise DojoError(f"{flag}: unknown {kind} template {name!r}", hint=hint)

@@ -1,0 +1,73 @@
+"""Shared fixtures: the --runslow switch, GPU detection without torch, and an in-process CLI runner."""
+
+import contextlib
+import io
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runslow", action="store_true", help="also run tests marked slow and gpu")
+
+
+def _gpu_count() -> int:
+    # nvidia-smi, never torch, at collection time.
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    runslow = config.getoption("--runslow")
+    gpus = _gpu_count() if any("gpu" in i.keywords for i in items) else 0
+    for item in items:
+        if not runslow and ("slow" in item.keywords or "gpu" in item.keywords):
+            item.add_marker(pytest.mark.skip(reason="needs --runslow"))
+            continue
+        marker = item.get_closest_marker("gpu")
+        if marker is not None:
+            need = marker.args[0] if marker.args else 1
+            if gpus < need:
+                item.add_marker(pytest.mark.skip(reason=f"needs {need} CUDA GPU(s), found {gpus}"))
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str) -> CliResult:
+    """Run ``dojo ARGS`` in this process through the real entry point (dojo.cli.main)."""
+    from dojo.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+@pytest.fixture
+def shared_dir() -> Path:
+    return SHARED
