@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-HEAVY = ["torch", "transformers", "deepspeed", "datasets", "peft", "bitsandbytes", "accelerate", "pydantic"]
+HEAVY = ["torch", "transformers", "deepspeed", "datasets", "peft", "bitsandbytes", "accelerate"]  # pydantic: typer 0.29 loads it itself
 
 PROBE = """
 import sys, json
