@@ -1,0 +1,65 @@
+"""Which GPUs exist and which the user asked for, without importing torch.
+
+``list_gpus()`` asks ``nvidia-smi`` (present wherever the NVIDIA driver is); ``parse_gpus()``
+validates ``--gpus`` against that list before anything is launched.
+"""
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from dojo.errors import LaunchError
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    memory_gib: float
+    """Total device memory, GiB (nvidia-smi reports MiB)."""
+
+
+def list_gpus() -> list[Gpu]:
+    """GPUs the driver shows, in nvidia-smi order; [] when there is no driver (CPU machine)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    cmd = [exe, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit():
+            gpus.append(Gpu(int(parts[0]), parts[1], float(parts[2]) / 1024))
+    return gpus
+
+
+def parse_gpus(spec: str, present: list[int]) -> tuple[int, ...]:
+    """``"all"`` or comma-separated ids (``"0,1"``) -> sorted ids, checked against ``present``."""
+    shown = ",".join(map(str, present)) if present else "none"
+    hint = f"GPUs present: {shown}; use e.g. --gpus 0,1 or --gpus all"
+    text = spec.strip()
+    if text == "all":
+        if not present:
+            raise LaunchError("--gpus all: no NVIDIA GPU found", hint="on a CPU machine use --nproc N")
+        return tuple(sorted(present))
+    if not text:
+        raise LaunchError("--gpus is empty", hint=hint)
+    ids: list[int] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if item != raw or " " in item:
+            raise LaunchError(f"--gpus {spec!r}: no spaces allowed", hint="write --gpus 0,1")
+        if not item.isdigit():
+            raise LaunchError(f"--gpus {spec!r}: {item!r} is not a GPU index", hint=hint)
+        ids.append(int(item))
+    dups = sorted({i for i in ids if ids.count(i) > 1})
+    if dups:
+        raise LaunchError(f"--gpus {spec!r}: GPU {dups[0]} is listed twice", hint=hint)
+    missing = [i for i in ids if i not in present]
+    if missing:
+        raise LaunchError(f"--gpus {spec!r}: GPU {missing[0]} does not exist", hint=hint)
+    return tuple(sorted(ids))
