@@ -1,0 +1,273 @@
+"""Named real architectures and size aliases, as literal tables (values from each model's config.json).
+
+Each row is the published Hugging Face ``config.json`` of the base model, reduced to the fields the
+parameter count and the memory model need. Rows are ordered by family, then by size. Exact
+parameter counts in the comments are what ``ModelSpec.params`` gives and what the checkpoints hold
+(tests pin them).
+"""
+
+from typing import Any
+
+# name -> config.json fields (same keys as Hugging Face, so ``from_hf_config`` reads both).
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    # meta-llama/Llama-2-*-hf: MHA at 7B/13B, GQA (8 kv heads) at 70B, 32k vocab, untied head.
+    "llama-2-7b": {  # 6,738,415,616
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "intermediate_size": 11008,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+    },
+    "llama-2-13b": {  # 13,015,864,320
+        "model_type": "llama",
+        "hidden_size": 5120,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 40,
+        "intermediate_size": 13824,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+    },
+    "llama-2-70b": {  # 68,976,648,192
+        "model_type": "llama",
+        "hidden_size": 8192,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 28672,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+    },
+    # meta-llama/Llama-3.1-*: 128k vocab, GQA 8 kv heads.
+    "llama-3.1-8b": {  # 8,030,261,248
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "tie_word_embeddings": False,
+    },
+    "llama-3.1-70b": {  # 70,553,706,496
+        "model_type": "llama",
+        "hidden_size": 8192,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 28672,
+        "vocab_size": 128256,
+        "tie_word_embeddings": False,
+    },
+    # meta-llama/Llama-3.2-1B / 3B: tied embeddings.
+    "llama-3.2-1b": {  # 1,235,814,400
+        "model_type": "llama",
+        "hidden_size": 2048,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 8192,
+        "vocab_size": 128256,
+        "tie_word_embeddings": True,
+        "head_dim": 64,
+    },
+    "llama-3.2-3b": {  # 3,212,749,824
+        "model_type": "llama",
+        "hidden_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 24,
+        "num_key_value_heads": 8,
+        "intermediate_size": 8192,
+        "vocab_size": 128256,
+        "tie_word_embeddings": True,
+        "head_dim": 128,
+    },
+    # TinyLlama/TinyLlama_v1.1
+    "tinyllama-1.1b": {  # 1,100,048,384
+        "model_type": "llama",
+        "hidden_size": 2048,
+        "num_hidden_layers": 22,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "intermediate_size": 5632,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+    },
+    # mistralai/Mistral-7B-v0.1 (v0.3 only grows the vocab to 32768).
+    "mistral-7b": {  # 7,241,732,096
+        "model_type": "mistral",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+    },
+    "mistral-7b-v0.3": {  # 7,248,023,552
+        "model_type": "mistral",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 32768,
+        "tie_word_embeddings": False,
+    },
+    # Qwen/Qwen2.5-*: q/k/v projections carry a bias; tied head up to 3B.
+    "qwen2.5-0.5b": {  # 494,032,768
+        "model_type": "qwen2",
+        "hidden_size": 896,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "intermediate_size": 4864,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+    "qwen2.5-1.5b": {  # 1,543,714,304
+        "model_type": "qwen2",
+        "hidden_size": 1536,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "intermediate_size": 8960,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+    "qwen2.5-3b": {  # 3,085,938,688
+        "model_type": "qwen2",
+        "hidden_size": 2048,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "intermediate_size": 11008,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+    "qwen2.5-7b": {  # 7,615,616,512
+        "model_type": "qwen2",
+        "hidden_size": 3584,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "intermediate_size": 18944,
+        "vocab_size": 152064,
+        "tie_word_embeddings": False,
+    },
+    "qwen2.5-14b": {  # 14,770,033,664
+        "model_type": "qwen2",
+        "hidden_size": 5120,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "intermediate_size": 13824,
+        "vocab_size": 152064,
+        "tie_word_embeddings": False,
+    },
+    "qwen2.5-32b": {  # 32,763,876,352
+        "model_type": "qwen2",
+        "hidden_size": 5120,
+        "num_hidden_layers": 64,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "intermediate_size": 27648,
+        "vocab_size": 152064,
+        "tie_word_embeddings": False,
+    },
+    "qwen2.5-72b": {  # 72,706,203,648
+        "model_type": "qwen2",
+        "hidden_size": 8192,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 29568,
+        "vocab_size": 152064,
+        "tie_word_embeddings": False,
+    },
+    # Qwen/Qwen3-*: no qkv bias, RMSNorm on q and k per head (q_norm, k_norm).
+    "qwen3-0.6b": {  # 596,049,920
+        "model_type": "qwen3",
+        "hidden_size": 1024,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 3072,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-8b": {  # 8,190,735,360
+        "model_type": "qwen3",
+        "hidden_size": 4096,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 12288,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    },
+    # google/gemma-2-*: head_dim independent of hidden size, 4 norms per layer, 256k vocab, tied.
+    "gemma-2-2b": {  # 2,614,341,888
+        "model_type": "gemma2",
+        "hidden_size": 2304,
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "intermediate_size": 9216,
+        "vocab_size": 256000,
+        "tie_word_embeddings": True,
+    },
+    "gemma-2-9b": {  # 9,241,705,984
+        "model_type": "gemma2",
+        "hidden_size": 3584,
+        "num_hidden_layers": 42,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 256,
+        "intermediate_size": 14336,
+        "vocab_size": 256000,
+        "tie_word_embeddings": True,
+    },
+    "gemma-2-27b": {  # 27,227,128,320
+        "model_type": "gemma2",
+        "hidden_size": 4608,
+        "num_hidden_layers": 46,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "head_dim": 128,
+        "intermediate_size": 36864,
+        "vocab_size": 256000,
+        "tie_word_embeddings": True,
+    },
+}
+
+# Size alias -> named architecture. Rule: the most-used base model of that size; 7b/13b/70b stay
+# on Llama-2 because DeepSpeed's and HF's published memory figures use those shapes.
+SIZE_ALIASES: dict[str, str] = {
+    "0.5b": "qwen2.5-0.5b",
+    "0.6b": "qwen3-0.6b",
+    "1b": "llama-3.2-1b",
+    "1.5b": "qwen2.5-1.5b",
+    "2b": "gemma-2-2b",
+    "3b": "llama-3.2-3b",
+    "7b": "llama-2-7b",
+    "8b": "llama-3.1-8b",
+    "9b": "gemma-2-9b",
+    "13b": "llama-2-13b",
+    "14b": "qwen2.5-14b",
+    "27b": "gemma-2-27b",
+    "32b": "qwen2.5-32b",
+    "70b": "llama-2-70b",
+    "72b": "qwen2.5-72b",
+}
+
+
+def alias_help() -> str:
+    """One line for --help: every size alias and the architecture it stands for."""
+    return ", ".join(f"{k}={v}" for k, v in SIZE_ALIASES.items())

@@ -1,0 +1,117 @@
+"""Rendering of ``dojo estimate`` rows: JSON payload, aligned plain text, and a rich table (TTY)."""
+
+from typing import Any
+
+from dojo.estimate_result import GIB, MemoryEstimate
+
+# (header, gpu_columns key) in table order; the plain and rich tables share it.
+_GPU_COLS = [
+    ("params", "params"),
+    ("grads", "gradients"),
+    ("optim", "optimizer_states"),
+    ("activ", "activations"),
+    ("logits", "logits"),
+    ("comm", "comm_buffers"),
+    ("overhead", "overhead"),
+]
+
+
+def payload(rows: list[MemoryEstimate]) -> dict[str, Any]:
+    """The --json document: {"model": {...}, "rows": [...]} in GiB."""
+    spec = rows[0].spec
+    return {
+        "model": {
+            "name": spec.name,
+            "params": spec.params,
+            "trainable_params": rows[0].trainable_params,
+        },
+        "rows": [r.to_dict() for r in rows],
+    }
+
+
+def _other_rule(r: MemoryEstimate) -> str:
+    """The comm figure of the rule not chosen, when overlap_comm is on ('-' otherwise)."""
+    if not r.setup.overlap:
+        return "-"
+    other = r.comm_current if r.setup.overlap_rule == "docs" else r.comm_docs
+    return _gib(other)
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f}"
+
+
+def _offload(r: MemoryEstimate) -> str:
+    s = r.setup
+    if s.offload_param != "none":
+        return (
+            f"opt+param:{s.offload_param}"
+            if s.offload_optimizer == s.offload_param
+            else (f"opt:{s.offload_optimizer},param:{s.offload_param}")
+        )
+    return "none" if s.offload_optimizer == "none" else f"opt:{s.offload_optimizer}"
+
+
+def _verdict(r: MemoryEstimate) -> str:
+    return {None: "?", True: "yes", False: "NO"}[r.fits]
+
+
+def table_rows(rows: list[MemoryEstimate]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells (GiB, 2 decimals); one row per stage/offload."""
+    show_other = any(r.setup.overlap for r in rows)
+    other = "comm(docs)" if rows[0].setup.overlap_rule == "current" else "comm(current)"
+    header = ["stage", "offload"] + [h for h, _ in _GPU_COLS[:6]]
+    header += [other] if show_other else []
+    header += ["overhead", "GPU total", "CPU total", "fits"]
+    body = []
+    for r in rows:
+        cols = r.gpu_columns()
+        cells = [str(r.setup.stage), _offload(r)] + [_gib(cols[k]) for _, k in _GPU_COLS[:6]]
+        cells += [_other_rule(r)] if show_other else []
+        cells += [_gib(cols["overhead"]), _gib(cols["total"]), _gib(r.cpu_total), _verdict(r)]
+        body.append(cells)
+    return header, body
+
+
+def title(rows: list[MemoryEstimate]) -> str:
+    """One line naming the model and the settings every row shares."""
+    r = rows[0]
+    s, spec = r.setup, r.spec
+    method = s.method if s.method == "full" else f"{s.method} r={s.lora_rank}"
+    gpus = f"{s.num_gpus} GPU(s)" + (f" x {s.num_nodes} nodes" if s.num_nodes > 1 else "")
+    limit = f", GPU {s.gpu_memory_gib:.1f} GiB" if s.gpu_memory_gib else ""
+    return (
+        f"{spec.name}: {spec.params:,} params ({r.trainable_params:,} trainable), {method}, {gpus}, "
+        f"micro-batch {s.micro_batch} x seq {s.seq_len}, grad-ckpt {'on' if s.grad_ckpt else 'off'}"
+        f", {s.attention}{limit}; GiB per GPU, CPU GiB per node"
+    )
+
+
+def render_plain(rows: list[MemoryEstimate]) -> str:
+    """Aligned text (torchtune ``ls`` style): first two columns left, numbers right."""
+    header, body = table_rows(rows)
+    widths = [max(len(x[c]) for x in [header, *body]) for c in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        out = [
+            f"{c:<{w}}" if i < 2 else f"{c:>{w}}"
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(out).rstrip()
+
+    return "\n".join([title(rows), line(header), *(line(b) for b in body)])
+
+
+def render_rich(rows: list[MemoryEstimate]) -> None:
+    """Print a rich table to stdout (only used when stdout is a TTY)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    header, body = table_rows(rows)
+    table = Table(title=title(rows), title_justify="left")
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i < 2 else "right")
+    for cells in body:
+        style = "red" if cells[-1] == "NO" else None
+        table.add_row(*cells, style=style)
+    Console().print(table)

@@ -1,0 +1,290 @@
+"""DeepSpeed ZeRO JSON for the HF Trainer: the ``ZeroConfig`` dataclass and ``build_ds_config``.
+
+Pure: stdlib only, output is a JSON-serialisable dict. Example: ``dojo config --stage 3 --offload cpu``.
+
+Sources: DeepSpeed 0.19.8 ``runtime/zero/config.py`` + ``offload_config.py`` (keys and defaults),
+transformers 5.24 ``integrations/deepspeed.py`` (which ``"auto"`` values the Trainer fills, and how).
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from dojo.errors import ConfigError
+
+STAGES = (0, 1, 2, 3)
+DEVICES = ("none", "cpu", "nvme")
+SIDES = ("hf", "ds")
+PRECISIONS = ("bf16", "fp16", "auto")
+
+# DeepSpeed's own defaults (runtime/zero/config.py), written out so the file documents itself.
+DS_BUCKET_DEFAULT = 500_000_000
+"""allgather_bucket_size when not given (elements). Allocates nothing in current DeepSpeed."""
+SUB_GROUP_SIZE = 1_000_000_000
+"""ZeRO-3 optimizer-step tile (elements): the fp32 grad transient of the step is min(P/N, this)."""
+MAX_LIVE_PARAMETERS = 1_000_000_000
+"""ZeRO-3: gathered params kept alive (elements); ~2 GB of bf16, shared with max_reuse_distance."""
+MAX_REUSE_DISTANCE = 1_000_000_000
+"""ZeRO-3: a param reused within this many elements of the trace is not released."""
+NVME_PARAM_BUFFER = 100_000_000
+"""offload_param.buffer_size default (elements); raised to the largest param when known."""
+
+# transformers trainer_config_finalize: reduce_bucket_size = h*h, prefetch = int(0.9*h*h),
+# persistence = 10*h. Only these three bucket keys are filled from the model; everything else
+# "auto" comes from TrainingArguments.
+AUTO_HIDDEN_KEYS = (
+    "reduce_bucket_size",
+    "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold",
+)
+
+# fp16 dynamic loss scaling as in the HF and DeepSpeed examples (loss_scale 0 = dynamic).
+_FP16_SCALING = {
+    "loss_scale": 0,
+    "loss_scale_window": 1000,
+    "initial_scale_power": 16,
+    "hysteresis": 2,
+    "min_loss_scale": 1,
+}
+
+# DeepSpeed async-IO defaults (runtime/swap_tensor/constants.py) for NVMe offload.
+_AIO = {
+    "block_size": 1_048_576,
+    "queue_depth": 8,
+    "intra_op_parallelism": 1,
+    "single_submit": False,
+    "overlap_events": True,
+}
+
+
+@dataclass(frozen=True)
+class ZeroConfig:
+    """What `dojo config` turns into a DeepSpeed JSON; every field mirrors one flag."""
+
+    stage: int = 2
+    """ZeRO stage 0-3 (--stage). 2 shards grads + optimizer states, the usual first choice."""
+    offload: str = "none"
+    """Optimizer-state offload device none|cpu|nvme (--offload); stages 1-3."""
+    offload_param: str | None = None
+    """Parameter offload (--offload-param, stage 3 only); None = follow `offload` at stage 3."""
+    nvme_path: str | None = None
+    """Folder on a fast local NVMe disk (--nvme-path); required when anything goes to nvme."""
+    overlap_comm: bool = True
+    """Overlap gradient reduction with backward (--overlap-comm). HF examples enable it; the
+    cost is one extra reduce bucket at stages 1-2 (see explain), nothing extra at stage 3."""
+    bucket_size: int | None = None
+    """reduce/allgather bucket size in elements (--bucket-size); None = "auto" (hidden_size^2)."""
+    optimizer: str = "hf"
+    """Who builds the optimizer (--optimizer): hf = TrainingArguments.optim, ds = DeepSpeed AdamW."""
+    scheduler: str = "hf"
+    """Who builds the LR schedule (--scheduler): hf = lr_scheduler_type, ds = WarmupDecayLR."""
+    precision: str = "auto"
+    """bf16|fp16|auto (--precision); auto = TrainingArguments' --bf16/--fp16 decide."""
+    hidden_size: int | None = None
+    """Model hidden size (from --model) to resolve the "auto" buckets with the HF formulas."""
+    largest_param: int | None = None
+    """Largest parameter in elements (from --model: vocab x hidden). Sizes the NVMe param swap
+    buffer: DeepSpeed asserts every swapped param fits in offload_param.buffer_size."""
+
+    @property
+    def offload_param_device(self) -> str:
+        """Resolved parameter offload: at stage 3 it follows `offload` unless set explicitly."""
+        if self.offload_param is not None:
+            return self.offload_param
+        return self.offload if self.stage == 3 else "none"
+
+    def problems(self) -> list[tuple[str, str]]:
+        """Every problem as (message, hint), all collected so one error can list them."""
+        out: list[tuple[str, str]] = []
+        if self.stage not in STAGES:
+            out.append((f"--stage {self.stage} is not a ZeRO stage", "choose --stage 0, 1, 2 or 3"))
+        for flag, value in (("--offload", self.offload), ("--offload-param", self.offload_param)):
+            if value is not None and value not in DEVICES:
+                out.append(
+                    (
+                        f"{flag} {value!r} is not an offload device",
+                        f"choose {flag} none, cpu or nvme",
+                    )
+                )
+        for flag, value, choices in (
+            ("--optimizer", self.optimizer, SIDES),
+            ("--scheduler", self.scheduler, SIDES),
+            ("--precision", self.precision, PRECISIONS),
+        ):
+            if value not in choices:
+                out.append(
+                    (f"{flag} {value!r} is not valid", f"choose {flag} {' or '.join(choices)}")
+                )
+        if out:  # the checks below assume valid choices
+            return out
+        if self.stage == 0 and self.offload != "none":
+            out.append(
+                (
+                    f"--offload {self.offload} needs ZeRO stage 1, 2 or 3 (stage 0 has no partitioned optimizer)",
+                    f"use --stage 2 --offload {self.offload}, or drop --offload",
+                )
+            )
+        if self.stage != 3 and self.offload_param not in (None, "none"):
+            out.append(
+                (
+                    f"--offload-param {self.offload_param} needs --stage 3 (parameter offload exists only in ZeRO-3)",
+                    f"use --stage 3 --offload-param {self.offload_param}, or --offload {self.offload_param} "
+                    "to offload only the optimizer state",
+                )
+            )
+        uses_nvme = "nvme" in (self.offload, self.offload_param_device)
+        if uses_nvme and not self.nvme_path:
+            flag = "--offload" if self.offload == "nvme" else "--offload-param"
+            out.append(
+                (
+                    f"{flag} nvme needs --nvme-path",
+                    "pass --nvme-path DIR (a folder on a fast local NVMe disk), or use cpu offload",
+                )
+            )
+        if self.bucket_size is not None and self.bucket_size <= 0:
+            out.append(
+                (
+                    f"--bucket-size {self.bucket_size} must be a positive number of elements",
+                    'e.g. --bucket-size 2e8, or leave it out for "auto" (hidden_size^2 at train time)',
+                )
+            )
+        if self.hidden_size is not None and self.hidden_size <= 0:
+            out.append(
+                (
+                    f"hidden size {self.hidden_size} must be positive",
+                    "check the model's config.json",
+                )
+            )
+        return out
+
+    def validate(self) -> list[str]:
+        """Problem messages (empty when the config is usable)."""
+        return [msg for msg, _ in self.problems()]
+
+    def check(self) -> None:
+        """Raise one ConfigError naming every problem."""
+        found = self.problems()
+        if found:
+            raise ConfigError("; ".join(m for m, _ in found), hint="; ".join(h for _, h in found))
+
+
+def build_ds_config(cfg: ZeroConfig) -> dict[str, Any]:
+    """The DeepSpeed JSON (as a dict) for `cfg`; HF Trainer "auto" wherever the Trainer fills it."""
+    cfg.check()
+    ds: dict[str, Any] = {
+        # Filled by trainer_config_process from TrainingArguments (per_device_train_batch_size,
+        # gradient_accumulation_steps, world size, max_grad_norm).
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+    }
+    ds.update(_precision(cfg.precision))
+    if cfg.optimizer == "ds":
+        # trainer_config_process fills lr, betas, eps, weight_decay from TrainingArguments.
+        # DeepSpeed swaps in DeepSpeedCPUAdam itself when the optimizer is offloaded.
+        params = {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}
+        ds["optimizer"] = {"type": "AdamW", "params": params}
+    if cfg.scheduler == "ds":
+        # WarmupDecayLR = warmup then linear decay to 0, like the Trainer's default "linear".
+        # warmup_min_lr is set to 0 and total_num_steps/warmup_num_steps at train time.
+        params = {
+            "warmup_min_lr": "auto",
+            "warmup_max_lr": "auto",
+            "warmup_num_steps": "auto",
+            "total_num_steps": "auto",
+        }
+        ds["scheduler"] = {"type": "WarmupDecayLR", "params": params}
+    ds["zero_optimization"] = _zero_section(cfg)
+    if "nvme" in (cfg.offload, cfg.offload_param_device):
+        ds["aio"] = dict(_AIO)
+    if cfg.optimizer == "hf" and cfg.offload != "none":
+        # DeepSpeed engine._configure_optimizer raises ZeRORuntimeException for a client
+        # (torch) optimizer with offload_optimizer unless this is false.
+        ds["zero_force_ds_cpu_optimizer"] = False
+    return ds
+
+
+def _precision(precision: str) -> dict[str, Any]:
+    if precision == "bf16":
+        return {"bf16": {"enabled": True}, "fp16": {"enabled": False}}
+    if precision == "fp16":
+        return {"bf16": {"enabled": False}, "fp16": {"enabled": True, **_FP16_SCALING}}
+    # "auto": fill_match sets each from TrainingArguments --bf16 / --fp16.
+    return {"bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto", **_FP16_SCALING}}
+
+
+def _offload_block(
+    device: str, nvme_path: str | None, *, param: bool, largest: int | None = None
+) -> dict[str, Any]:
+    block: dict[str, Any] = {"device": device}
+    if device == "nvme":
+        block["nvme_path"] = nvme_path
+    # Pinned host buffers make the host<->GPU copies async (DeepSpeed default True).
+    block["pin_memory"] = True
+    if device == "nvme":
+        # DeepSpeed offload_config.py defaults: 5 x 1e8-element param swap buffers, 4 optimizer ones.
+        if param:
+            size = max(NVME_PARAM_BUFFER, largest or 0)
+            block.update({"buffer_count": 5, "buffer_size": size, "max_in_cpu": 1_000_000_000})
+        else:
+            block.update({"buffer_count": 4, "fast_init": False})
+    return block
+
+
+def _auto_or(value: int | None) -> int | str:
+    return "auto" if value is None else value
+
+
+def _zero_section(cfg: ZeroConfig) -> dict[str, Any]:
+    if cfg.stage == 0:
+        return {"stage": 0}
+    h = cfg.hidden_size
+    reduce = cfg.bucket_size if cfg.bucket_size is not None else (h * h if h else None)
+    optim = _offload_block(cfg.offload, cfg.nvme_path, param=False)
+    if cfg.stage in (1, 2):
+        return {
+            "stage": cfg.stage,
+            "offload_optimizer": optim,
+            "allgather_partitions": True,
+            # HF "auto" does not cover allgather_bucket_size; it allocates nothing in current code.
+            "allgather_bucket_size": cfg.bucket_size or DS_BUCKET_DEFAULT,
+            "overlap_comm": cfg.overlap_comm,
+            "reduce_scatter": True,
+            "reduce_bucket_size": _auto_or(reduce),
+            "contiguous_gradients": True,
+            # Parallel grad copy to CPU across ranks; only helps with optimizer offload.
+            "round_robin_gradients": cfg.offload != "none",
+        }
+    return {
+        "stage": 3,
+        "offload_optimizer": optim,
+        "offload_param": _offload_block(
+            cfg.offload_param_device, cfg.nvme_path, param=True, largest=cfg.largest_param
+        ),
+        "overlap_comm": cfg.overlap_comm,
+        "contiguous_gradients": True,
+        "sub_group_size": SUB_GROUP_SIZE,
+        "reduce_bucket_size": _auto_or(reduce),
+        "stage3_prefetch_bucket_size": _auto_or(int(0.9 * h * h) if h else None),
+        "stage3_param_persistence_threshold": _auto_or(10 * h if h else None),
+        "stage3_max_live_parameters": MAX_LIVE_PARAMETERS,
+        "stage3_max_reuse_distance": MAX_REUSE_DISTANCE,
+        # Consolidate the 16-bit weights on save so Trainer.save_model writes a loadable model.
+        "stage3_gather_16bit_weights_on_model_save": True,
+    }
+
+
+# Named presets shipped as templates/zero/<name>.json; tests regenerate each and compare.
+# The offload presets use DeepSpeed's AdamW: with offload it becomes DeepSpeedCPUAdam, while a
+# torch optimizer would need zero_force_ds_cpu_optimizer=false and step slowly on CPU.
+PRESETS: dict[str, ZeroConfig] = {
+    "zero0": ZeroConfig(stage=0),
+    "zero1": ZeroConfig(stage=1),
+    "zero2": ZeroConfig(stage=2),
+    "zero3": ZeroConfig(stage=3),
+    "zero2-offload": ZeroConfig(stage=2, offload="cpu", optimizer="ds"),
+    "zero3-offload": ZeroConfig(stage=3, offload="cpu", optimizer="ds"),
+    "zero3-offload-optimizer": ZeroConfig(
+        stage=3, offload="cpu", offload_param="none", optimizer="ds"
+    ),
+}

@@ -1,0 +1,307 @@
+"""`dojo config --check FILE`: lint an existing DeepSpeed JSON before a run finds the problem.
+
+Pure: stdlib only. Example: ``dojo config --check ds_config.json``.
+
+Key sets are copied from DeepSpeed 0.19.8's pydantic models (runtime/zero/config.py,
+offload_config.py, precision_config.py) and runtime/config.py; tests/test_zero_deepspeed.py
+compares them with the installed DeepSpeed so drift shows up as a failing test.
+"""
+
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dojo.errors import ConfigError
+from dojo.zero_explain import precedence_warnings
+
+
+def _keys(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+# runtime/config.py reads these top-level keys (and ignores anything else silently, hence the lint).
+TOP_KEYS = _keys(
+    "train_batch_size train_micro_batch_size_per_gpu gradient_accumulation_steps gradient_clipping "
+    "steps_per_print wall_clock_breakdown dump_state memory_breakdown prescale_gradients "
+    "gradient_predivide_factor sparse_gradients disable_allgather dataloader_drop_last "
+    "communication_data_type seq_parallel_communication_data_type data_types gradient_allreduce_op "
+    "fp16 bf16 amp torch_autocast optimizer scheduler zero_optimization zero_allow_untested_optimizer "
+    "zero_force_ds_cpu_optimizer aio activation_checkpointing flops_profiler tensorboard wandb "
+    "csv_monitor comet comms_logger checkpoint elasticity autotuning compression_training "
+    "data_efficiency curriculum_learning sparse_attention pipeline progressive_layer_drop eigenvalue "
+    "quantize_training mics_shard_size mics_hierarchical_params_gather graph_harvesting compile "
+    "hybrid_engine nebula weight_quantization tensor_parallel sequence_parallel_size timers "
+    "disable_python_gc expert_parallel "
+    "log_level vocabulary_size"
+)
+# DeepSpeedZeroConfig fields; stage3_* aliases are accepted under both names (populate_by_name).
+ZERO_KEYS = _keys(
+    "stage contiguous_gradients reduce_scatter reduce_bucket_size use_multi_rank_bucket_allreduce "
+    "allgather_partitions allgather_bucket_size overlap_comm compute_grad_norm load_from_fp32_weights "
+    "elastic_checkpoint offload_param offload_optimizer zenflow sub_group_size cpu_offload_param "
+    "cpu_offload_use_pin_memory cpu_offload stage3_prefetch_bucket_size prefetch_bucket_size "
+    "stage3_param_persistence_threshold param_persistence_threshold "
+    "stage3_model_persistence_threshold model_persistence_threshold stage3_max_live_parameters "
+    "max_live_parameters stage3_max_reuse_distance max_reuse_distance "
+    "stage3_gather_16bit_weights_on_model_save gather_16bit_weights_on_model_save "
+    "stage3_module_granularity_threshold module_granularity_threshold "
+    "stage3_use_all_reduce_for_fetch_params use_all_reduce_for_fetch_params "
+    "stage3_allgather_sequential allgather_sequential stage3_gather_fp16_weights_on_model_save "
+    "ignore_unused_parameters legacy_stage1 round_robin_gradients parameter_alignment "
+    "zero_hpz_partition_size zero_quantized_weights zero_quantized_nontrainable_weights "
+    "zero_quantized_gradients memory_efficient_linear pipeline_loading_checkpoint "
+    "override_module_apply log_trace_cache_warnings enable_sanity_checks "
+    "save_muon_momentum_buffer_in_memory leaf_module"
+)
+OFFLOAD_PARAM_KEYS = _keys("device nvme_path buffer_count buffer_size max_in_cpu pin_memory")
+OFFLOAD_OPTIMIZER_KEYS = _keys(
+    "device nvme_path buffer_count pin_memory pipeline_read pipeline_write fast_init ratio "
+    "super_offload cpuadam_cores_perc"
+)
+BF16_KEYS = _keys(
+    "enabled immediate_grad_update check_grad_overflow bf16_master_weights_and_grads "
+    "bf16_optimizer_states"
+)
+FP16_KEYS = _keys(
+    "enabled auto_cast loss_scale initial_scale_power loss_scale_window hysteresis "
+    "consecutive_hysteresis min_loss_scale fp16_master_weights_and_grads"
+)
+AIO_KEYS = _keys("block_size queue_depth intra_op_parallelism single_submit overlap_events use_gds")
+BLOCK_KEYS = frozenset({"type", "params"})
+SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest")
+# DEEPSPEED_OPTIMIZERS (compared lower-case); other names fall back to torch.optim.
+OPTIMIZERS = ("Adam", "AdamW", "Lamb", "Lion", "MuAdam", "MuAdamW", "MuSGD", "Muon")
+
+# Keys whose "auto" the HF Trainer fills (integrations/deepspeed.py trainer_config_process/finalize).
+HF_AUTO = frozenset(
+    {
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "gradient_clipping",
+        "fp16.enabled",
+        "bf16.enabled",
+        "optimizer.params.lr",
+        "optimizer.params.betas",
+        "optimizer.params.eps",
+        "optimizer.params.weight_decay",
+        "scheduler.params.warmup_min_lr",
+        "scheduler.params.warmup_max_lr",
+        "scheduler.params.warmup_num_steps",
+        "scheduler.params.total_num_steps",
+        "zero_optimization.reduce_bucket_size",
+        "zero_optimization.stage3_prefetch_bucket_size",
+        "zero_optimization.stage3_param_persistence_threshold",
+    }
+)
+_SCHEMA = {
+    "": TOP_KEYS,
+    "zero_optimization": ZERO_KEYS,
+    "zero_optimization.offload_param": OFFLOAD_PARAM_KEYS,
+    "zero_optimization.offload_optimizer": OFFLOAD_OPTIMIZER_KEYS,
+    "bf16": BF16_KEYS,
+    "fp16": FP16_KEYS,
+    "aio": AIO_KEYS,
+    "optimizer": BLOCK_KEYS,
+    "scheduler": BLOCK_KEYS,
+}
+_POSITIVE = (
+    "reduce_bucket_size",
+    "allgather_bucket_size",
+    "sub_group_size",
+    "stage3_prefetch_bucket_size",
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One lint result: level is "error" (exit 1) or "warning"."""
+
+    level: str
+    where: str
+    """Dotted key path, or "line:col" for JSON syntax errors."""
+    message: str
+
+    def format(self, path: str) -> str:
+        return f"{path}:{self.where}: {self.level}: {self.message}"
+
+
+def check_file(path: str | Path) -> list[Finding]:
+    """Read and lint one DeepSpeed JSON file; raises ConfigError only when it cannot be read."""
+    p = Path(path)
+    if not p.is_file():
+        what = "is a folder" if p.is_dir() else "no such file"
+        raise ConfigError(
+            f"--check {str(path)!r}: {what}", hint="give the path of a DeepSpeed JSON file"
+        )
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--check {str(path)!r}: cannot read it ({e})") from e
+    return check_text(text)
+
+
+def check_text(text: str) -> list[Finding]:
+    """Lint DeepSpeed JSON text: syntax, unknown keys, impossible combinations, precedence."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        return [Finding("error", f"{e.lineno}:{e.colno}", f"invalid JSON: {e.msg}")]
+    if not isinstance(data, dict):
+        return [Finding("error", "1:1", f"expected a JSON object, got {type(data).__name__}")]
+    return check_config(data)
+
+
+def check_config(ds: dict[str, Any]) -> list[Finding]:
+    """Lint a parsed DeepSpeed config dict."""
+    out: list[Finding] = []
+    _unknown_keys(ds, "", out)
+    unknown = {f.where for f in out}
+    _autos(ds, "", out, skip=unknown)
+    zero = ds.get("zero_optimization")
+    zero = zero if isinstance(zero, dict) else {}
+    _combos(ds, zero, out)
+    out.extend(Finding("warning", where, msg) for where, msg in precedence_warnings(ds))
+    return out
+
+
+def _unknown_keys(node: dict[str, Any], where: str, out: list[Finding]) -> None:
+    known = _SCHEMA.get(where)
+    if known is None:
+        return
+    for key, value in node.items():
+        path = f"{where}.{key}" if where else key
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+            if close:
+                out.append(
+                    Finding("error", path, f"unknown key {key!r}; did you mean {close[0]!r}?")
+                )
+            elif where:  # DeepSpeed's pydantic models forbid extra keys in these sections
+                out.append(Finding("error", path, f"unknown key {key!r}; DeepSpeed rejects it"))
+            else:  # top level: DeepSpeed ignores unknown keys silently
+                out.append(Finding("warning", path, f"unknown key {key!r}; DeepSpeed ignores it"))
+        elif isinstance(value, dict):
+            _unknown_keys(value, path, out)
+    for section, names in (("optimizer", OPTIMIZERS), ("scheduler", SCHEDULERS)):
+        if where == section and isinstance(node.get("type"), str):
+            _check_type(node["type"], section, names, out)
+
+
+def _check_type(name: str, section: str, names: tuple[str, ...], out: list[Finding]) -> None:
+    if name.lower() in (n.lower() for n in names):
+        return
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(names)}"
+    # An unknown optimizer name is looked up in torch.optim; an unknown scheduler is an error.
+    level = "warning" if section == "optimizer" and not close else "error"
+    out.append(Finding(level, f"{section}.type", f"unknown {section} type {name!r}{hint}"))
+
+
+def _autos(node: dict[str, Any], where: str, out: list[Finding], skip: set[str]) -> None:
+    for key, value in node.items():
+        path = f"{where}.{key}" if where else key
+        if path in skip:  # already reported as an unknown key
+            continue
+        if isinstance(value, dict):
+            _autos(value, path, out, skip)
+        elif value == "auto" and path not in HF_AUTO:
+            out.append(
+                Finding(
+                    "error",
+                    path,
+                    '"auto" here is not filled by the HF Trainer, and DeepSpeed rejects it; give a value',
+                )
+            )
+
+
+def _device(zero: dict[str, Any], key: str) -> tuple[str, Any]:
+    block = zero.get(key)
+    if not isinstance(block, dict):
+        return "none", None
+    return str(block.get("device", "none")), block.get("nvme_path")
+
+
+def _combos(ds: dict[str, Any], zero: dict[str, Any], out: list[Finding]) -> None:
+    stage = zero.get("stage", 0)
+    if stage not in (0, 1, 2, 3):
+        out.append(
+            Finding("error", "zero_optimization.stage", f"stage {stage!r} is not 0, 1, 2 or 3")
+        )
+        return
+    opt_dev, opt_path = _device(zero, "offload_optimizer")
+    par_dev, par_path = _device(zero, "offload_param")
+    for key, dev, nvme in (
+        ("offload_optimizer", opt_dev, opt_path),
+        ("offload_param", par_dev, par_path),
+    ):
+        where = f"zero_optimization.{key}"
+        if dev not in ("none", "cpu", "nvme"):
+            out.append(
+                Finding("error", f"{where}.device", f"device {dev!r} is not none, cpu or nvme")
+            )
+        if dev == "nvme" and not nvme:
+            out.append(
+                Finding(
+                    "error",
+                    f"{where}.nvme_path",
+                    "device nvme needs an nvme_path (a local NVMe folder)",
+                )
+            )
+    if par_dev != "none" and stage != 3:
+        out.append(
+            Finding(
+                "error",
+                "zero_optimization.offload_param",
+                f"parameter offload ({par_dev}) needs stage 3; stage {stage} ignores it",
+            )
+        )
+    if opt_dev != "none" and stage == 0:
+        out.append(
+            Finding(
+                "error",
+                "zero_optimization.offload_optimizer",
+                "optimizer offload needs stage 1, 2 or 3",
+            )
+        )
+    if _enabled(ds, "fp16") and _enabled(ds, "bf16"):
+        out.append(
+            Finding(
+                "error", "fp16.enabled", 'fp16 and bf16 are both enabled; enable one (or "auto")'
+            )
+        )
+    for key in _POSITIVE:
+        value = zero.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+            out.append(
+                Finding("error", f"zero_optimization.{key}", f"{key} {value} must be positive")
+            )
+    if stage in (1, 2):
+        for key in sorted(k for k in zero if k.startswith("stage3_")):
+            out.append(
+                Finding(
+                    "warning",
+                    f"zero_optimization.{key}",
+                    f"only used at stage 3; stage {stage} ignores it",
+                )
+            )
+    if (
+        opt_dev in ("cpu", "nvme")
+        and "optimizer" not in ds
+        and ds.get("zero_force_ds_cpu_optimizer", True)
+    ):
+        out.append(
+            Finding(
+                "warning",
+                "zero_force_ds_cpu_optimizer",
+                "optimizer offload with the Trainer's (torch) optimizer: DeepSpeed raises ZeRORuntimeException "
+                'at init unless "zero_force_ds_cpu_optimizer": false; better add a DeepSpeed "optimizer" block',
+            )
+        )
+
+
+def _enabled(ds: dict[str, Any], key: str) -> bool:
+    block = ds.get(key)
+    return isinstance(block, dict) and block.get("enabled") is True

@@ -1,0 +1,192 @@
+"""`dojo chat-template list/show/render/check` through the real entry point."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+CONVO = [
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "yo"},
+]
+
+
+@pytest.fixture
+def convo_file(tmp_path: Path) -> Path:
+    p = tmp_path / "chat.json"
+    p.write_text(json.dumps({"messages": CONVO}), encoding="utf-8")
+    return p
+
+
+def test_list_plain_and_json(cli) -> None:
+    r = cli("chat-template", "list")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:5] == ["name", "family", "system", "tools", "thinking"]
+    chatml = next(line for line in lines if line.startswith("chatml "))
+    assert chatml.split()[1:5] == ["chatml", "yes", "no", "no"]
+    rows = json.loads(cli("chat-template", "list", "--json").stdout)
+    glm = next(r for r in rows if r["name"] == "glm-4-9b-chat")
+    assert glm["family"] == "glm" and glm["tools"] is True
+
+
+def test_show_prints_source_exactly(cli) -> None:
+    r = cli("chat-template", "show", "yi-1.5-chat")
+    assert r.exit_code == 0
+    src = (Path(__file__).resolve().parent.parent / "templates/chat/yi-1.5-chat.jinja").read_text(
+        encoding="utf-8"
+    )
+    assert r.stdout == src
+    assert "eos_token=" in r.stderr
+    data = json.loads(cli("chat-template", "show", "yi-1.5-chat", "--json").stdout)
+    assert data["source"] == src and data["bos_token"] == "<|startoftext|>"
+
+
+def test_render_prints_exactly_the_text(cli, convo_file: Path) -> None:
+    r = cli("chat-template", "render", "--template", "llama-2-chat", "--messages", str(convo_file))
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nhi [/INST] yo </s>"
+    assert r.stderr == ""
+
+
+def test_render_generation_prompt_tokens_and_vars(cli, tmp_path: Path) -> None:
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text(
+        "{{ bos_token }}|{{ flag }}|{{ n + 1 }}|{{ s }}{% if add_generation_prompt %}>{% endif %}",
+        encoding="utf-8",
+    )
+    msgs = tmp_path / "m.json"
+    msgs.write_text(json.dumps([{"role": "user", "content": "x"}]), encoding="utf-8")
+    r = cli(
+        "chat-template", "render", "--template", str(tpl), "--messages", str(msgs),
+        "--add-generation-prompt", "--bos-token", "<B>", "--var", "flag=true", "--var", "n=2", "--var", "s=a=b",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == "<B>|True|3|a=b>"
+
+
+def test_render_sharegpt_and_alpaca(cli, tmp_path: Path) -> None:
+    sg = tmp_path / "sg.json"
+    sg.write_text(
+        json.dumps(
+            {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}
+        ),
+        encoding="utf-8",
+    )
+    r = cli("chat-template", "render", "--template", "chatml", "--messages", str(sg))
+    assert r.stdout == "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n"
+    al = tmp_path / "al.json"
+    al.write_text(
+        json.dumps({"instruction": "do", "input": "it", "output": "done"}), encoding="utf-8"
+    )
+    r = cli("chat-template", "render", "--template", "chatml", "--messages", str(al))
+    assert (
+        r.stdout == "<|im_start|>user\ndo\n\nit<|im_end|>\n<|im_start|>assistant\ndone<|im_end|>\n"
+    )
+
+
+def test_render_tools_file(cli, tmp_path: Path, convo_file: Path) -> None:
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text("{{ tools | tojson }}", encoding="utf-8")
+    tools = tmp_path / "tools.json"
+    tools.write_text(
+        json.dumps([{"type": "function", "function": {"name": "f"}}]), encoding="utf-8"
+    )
+    r = cli(
+        "chat-template",
+        "render",
+        "--template",
+        str(tpl),
+        "--messages",
+        str(convo_file),
+        "--tools",
+        str(tools),
+    )
+    assert r.stdout == '[{"type": "function", "function": {"name": "f"}}]'
+
+
+def test_check_plain_marks_spans(cli) -> None:
+    r = cli("chat-template", "check", "--template", "chatml")
+    assert r.exit_code == 0, r.stderr
+    assert "prefix-preserving:   yes" in r.stdout
+    assert "turns end with stop: yes" in r.stdout
+    assert "[[The answer is 6.<|im_end|>]]" in r.stdout
+
+
+def test_check_json_for_template_without_system(cli) -> None:
+    r = cli("chat-template", "check", "--template", "baichuan2-chat", "--json")
+    data = json.loads(r.stdout)
+    assert data["stop_token"] is None and data["ends_with_stop"] is False
+    assert [s["text"] for s in data["assistant_spans"]][-1] == "The answer is 6."
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--template", "chatm"], "did you mean chatml"),
+        (["--template", "nope-at-all"], "available:"),
+        (["--var", "oops"], "--var 'oops' is not KEY=VALUE"),
+        (["--var", "=1"], "is not KEY=VALUE"),
+    ],
+)
+def test_render_bad_input(cli, convo_file: Path, args: list[str], needle: str) -> None:
+    base = {"--template": "chatml", "--messages": str(convo_file)}
+    for k, v in zip(args[::2], args[1::2], strict=True):
+        base[k] = v
+    argv = ["chat-template", "render"] + [x for kv in base.items() for x in kv]
+    r = cli(*argv)
+    assert r.exit_code == 1
+    assert r.stdout == ""
+    assert needle in r.stderr
+    assert r.stderr.startswith("error: ")
+
+
+def test_render_template_that_does_not_parse(cli, tmp_path: Path, convo_file: Path) -> None:
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("a\nb\n{% for %}", encoding="utf-8")
+    r = cli("chat-template", "render", "--template", str(bad), "--messages", str(convo_file))
+    assert r.exit_code == 1
+    assert "does not parse: line 3" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("payload", "needle"),
+    [
+        ('[{"role": "bot", "content": "x"}]', "unknown role 'bot'"),
+        ('{"messages": "hi"}', "non-empty list"),
+        ("[1, 2]", "message 0 is int"),
+        ("not json", "is not valid JSON"),
+    ],
+)
+def test_render_bad_messages(cli, tmp_path: Path, payload: str, needle: str) -> None:
+    p = tmp_path / "m.json"
+    p.write_text(payload, encoding="utf-8")
+    r = cli("chat-template", "render", "--template", "chatml", "--messages", str(p))
+    assert r.exit_code == 1
+    assert needle in r.stderr
+    assert len(r.stderr.splitlines()) <= 2
+
+
+def test_render_missing_messages_file(cli) -> None:
+    r = cli("chat-template", "render", "--template", "chatml", "--messages", "/nonexistent/x.json")
+    assert r.exit_code == 1 and "cannot be read" in r.stderr
+
+
+def test_template_raise_becomes_one_error_line(cli, tmp_path: Path) -> None:
+    p = tmp_path / "m.json"
+    p.write_text(json.dumps([{"role": "assistant", "content": "x"}]), encoding="utf-8")
+    r = cli("chat-template", "render", "--template", "llama-2-chat", "--messages", str(p))
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[0] == (
+        "error: template 'llama-2-chat': Conversation roles must alternate user/assistant/user/assistant/..."
+    )
+
+
+def test_tty_paths_use_rich(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("dojo._output.stdout_is_tty", lambda: True)
+    r = cli("chat-template", "check", "--template", "chatml")
+    assert r.exit_code == 0, r.stderr
+    assert "[[" not in r.stdout and "The answer is 6.<|im_end|>" in r.stdout
+    r = cli("chat-template", "list")
+    assert r.exit_code == 0 and "chatml" in r.stdout

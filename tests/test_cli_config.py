@@ -1,0 +1,173 @@
+"""`dojo config` through the real entry point: stdout JSON, -o files, --explain, --check, bad input."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dojo.zero import ZeroConfig, build_ds_config
+
+
+def test_prints_json_to_stdout(cli) -> None:
+    r = cli("config", "--stage", "2")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout) == build_ds_config(ZeroConfig(stage=2))
+    assert r.stderr == ""
+
+
+def test_all_flags(cli) -> None:
+    r = cli(
+        "config", "--stage", "3", "--offload", "nvme", "--offload-param", "cpu", "--nvme-path", "/nvme",
+        "--no-overlap-comm", "--bucket-size", "2e8", "--optimizer", "ds", "--scheduler", "ds",
+        "--precision", "bf16",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    ds = json.loads(r.stdout)
+    zero = ds["zero_optimization"]
+    assert (
+        zero["offload_optimizer"]["device"] == "nvme" and zero["offload_param"]["device"] == "cpu"
+    )
+    assert zero["overlap_comm"] is False and zero["reduce_bucket_size"] == 200_000_000
+    assert ds["bf16"] == {"enabled": True} and ds["optimizer"]["type"] == "AdamW"
+
+
+def test_model_resolves_auto_buckets(cli) -> None:
+    r = cli("config", "--stage", "3", "--model", "llama-2-7b")
+    assert r.exit_code == 0, r.stderr
+    zero = json.loads(r.stdout)["zero_optimization"]
+    assert zero["reduce_bucket_size"] == 4096 * 4096
+    assert zero["stage3_prefetch_bucket_size"] == int(0.9 * 4096 * 4096)
+    assert zero["stage3_param_persistence_threshold"] == 40960
+
+
+def test_writes_file_and_refuses_overwrite(cli, tmp_path: Path) -> None:
+    out = tmp_path / "ds.json"
+    r = cli("config", "--stage", "2", "-o", str(out))
+    assert r.exit_code == 0 and r.stdout == ""
+    assert json.loads(out.read_text()) == build_ds_config(ZeroConfig(stage=2))
+    before = out.read_text()
+    r = cli("config", "--stage", "3", "-o", str(out))
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[0] == f"error: -o {str(out)!r} already exists"
+    assert out.read_text() == before
+    r = cli("config", "--stage", "3", "-o", str(out), "--force")
+    assert r.exit_code == 0
+    assert json.loads(out.read_text())["zero_optimization"]["stage"] == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--stage", "4"], "error: --stage 4 is not a ZeRO stage"),
+        (["--stage", "2", "--offload", "gpu"], "error: --offload 'gpu' is not an offload device"),
+        (
+            ["--stage", "2", "--offload-param", "cpu"],
+            "error: --offload-param cpu needs --stage 3 (parameter offload exists only in ZeRO-3)",
+        ),
+        (["--stage", "3", "--offload", "nvme"], "error: --offload nvme needs --nvme-path"),
+        (
+            ["--stage", "2", "--bucket-size", "0"],
+            "error: --bucket-size 0 must be a positive number of elements",
+        ),
+        (
+            ["--stage", "2", "--bucket-size", "-5"],
+            "error: --bucket-size -5 must be a positive number of elements",
+        ),
+        (
+            ["--stage", "2", "--bucket-size", "lots"],
+            "error: --bucket-size 'lots' is not a whole number of elements",
+        ),
+        (["--stage", "2", "--model", "7x"], "error: --model '7x': unknown model"),
+        ([], "error: missing --stage"),
+    ],
+)
+def test_bad_input_one_clear_message(cli, tmp_path: Path, args: list[str], error: str) -> None:
+    out = tmp_path / "ds.json"
+    r = cli("config", *args, "-o", str(out))
+    assert r.exit_code == 1
+    lines = r.stderr.splitlines()
+    assert lines[0] == error
+    assert len(lines) == 2 and lines[1].startswith("hint: ")
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert not out.exists()  # nothing written
+
+
+def test_explain_goes_to_stderr(cli) -> None:
+    r = cli("config", "--stage", "2", "--optimizer", "ds", "--bucket-size", "5e8", "--explain")
+    assert r.exit_code == 0
+    json.loads(r.stdout)  # stdout stays pure JSON
+    assert "optimizer: DeepSpeed AdamW" in r.stderr
+    assert "optim=adamw_torch_fused (default) is silently ignored" in r.stderr
+    assert "scheduler: TrainingArguments lr_scheduler_type=linear (default)" in r.stderr
+    # current code: 2 B x 5e8, doubled by overlap_comm; docs: 4.5 x (5e8 + 5e8) x 2 B = 9 GB
+    assert "1.86 GiB (2.00 GB) with overlap_comm" in r.stderr
+    assert "overlap_comm costs 953.7 MiB" in r.stderr
+    assert "8.38 GiB (9.00 GB) with overlap_comm" in r.stderr
+
+
+def test_check_ok_warning_and_error(cli, tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(build_ds_config(ZeroConfig(stage=2))))
+    r = cli("config", "--check", str(good))
+    assert (r.exit_code, r.stdout) == (0, "")
+    assert r.stderr == f"{good}: ok\n"
+
+    warn = tmp_path / "warn.json"
+    warn.write_text(json.dumps(build_ds_config(ZeroConfig(stage=2, optimizer="ds"))))
+    r = cli("config", "--check", str(warn))
+    assert r.exit_code == 0
+    assert r.stdout.startswith(f'{warn}:optimizer: warning: the DeepSpeed "optimizer" block wins')
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{\n  "zero_optimization": {"stage": 2,\n}\n')
+    r = cli("config", "--check", str(bad))
+    assert r.exit_code == 1
+    assert r.stdout.startswith(f"{bad}:3:1: error: invalid JSON")
+
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps({"zero_optimization": {"stage": 2, "overlap_com": True}}))
+    r = cli("config", "--check", str(typo))
+    assert r.exit_code == 1
+    assert r.stdout == (
+        f"{typo}:zero_optimization.overlap_com: error: unknown key 'overlap_com'; did you mean 'overlap_comm'?\n"
+    )
+
+
+def test_check_missing_file_and_extra_flags(cli, tmp_path: Path) -> None:
+    r = cli("config", "--check", str(tmp_path / "nope.json"))
+    assert r.exit_code == 1
+    assert (
+        r.stderr.splitlines()[0] == f"error: --check {str(tmp_path / 'nope.json')!r}: no such file"
+    )
+    r = cli("config", "--check", "x.json", "--stage", "2")
+    assert r.exit_code == 1
+    assert r.stderr.startswith("error: --check FILE lints a file and takes no --stage or -o")
+
+
+def test_help_lists_flags(cli) -> None:
+    r = cli("config", "--help")
+    assert r.exit_code == 0
+    for flag in (
+        "--stage",
+        "--offload-param",
+        "--nvme-path",
+        "--no-overlap-comm",
+        "--bucket-size",
+        "--check",
+        "--explain",
+    ):
+        assert flag in r.stdout
+
+
+def test_unused_nvme_path_warns(cli) -> None:
+    r = cli("config", "--stage", "2", "--offload", "cpu", "--nvme-path", "/nvme")
+    assert r.exit_code == 0
+    assert r.stderr == "warning: --nvme-path /nvme is unused: nothing is offloaded to nvme\n"
+
+
+def test_explain_offload_with_torch_optimizer(cli) -> None:
+    r = cli("config", "--stage", "3", "--offload", "cpu", "--explain", "--model", "7b")
+    assert r.exit_code == 0
+    assert '"zero_force_ds_cpu_optimizer": false lets it run' in r.stderr
+    assert "prefer --optimizer ds" in r.stderr
+    assert "32.0 MiB either way" in r.stderr  # stage 3: one 2 B x 4096^2 bucket

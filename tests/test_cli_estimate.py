@@ -1,0 +1,229 @@
+"""`dojo estimate` through the real entry point: table, --json schema, every bad-input message."""
+
+import json
+
+import pytest
+
+from dojo import cli_estimate
+
+
+@pytest.fixture(autouse=True)
+def no_local_gpu(monkeypatch):
+    # The default --gpu-memory asks nvidia-smi; keep tests independent of the machine.
+    monkeypatch.setattr("dojo.gpus.list_gpus", lambda: [])
+
+
+def test_plain_table_all_stages(cli) -> None:
+    r = cli("estimate", "--model", "7b", "--gpu-memory", "80")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("llama-2-7b: 6,738,415,616 params")
+    header = lines[1].split()
+    assert header[:2] == ["stage", "offload"] and header[-1] == "fits"
+    for col in ["params", "grads", "optim", "activ", "logits", "comm", "overhead", "CPU"]:
+        assert col in header
+    stages = [ln.split()[0] for ln in lines[2:]]
+    assert stages == ["0", "1", "1", "2", "2", "3", "3", "3"]
+    assert "comm(docs)" in header  # stage 3 has overlap_comm on by default
+    assert lines[2].split()[-1] == "NO"
+
+
+def test_json_schema(cli) -> None:
+    r = cli(
+        "estimate",
+        "--model",
+        "qwen2.5-0.5b",
+        "--zero",
+        "3",
+        "--method",
+        "lora",
+        "--json",
+        "--gpu-memory",
+        "24",
+    )
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["model"] == {
+        "name": "qwen2.5-0.5b",
+        "params": 494_032_768,
+        "trainable_params": d["model"]["trainable_params"],
+    }
+    assert 0 < d["model"]["trainable_params"] < 10_000_000
+    (row,) = d["rows"]
+    assert row["stage"] == 3 and row["offload_optimizer"] == "none" and row["fits"] is True
+    assert set(row["gpu_gib"]) == {
+        "total",
+        "params",
+        "gradients",
+        "optimizer_states",
+        "activations",
+        "logits",
+        "comm_buffers",
+        "overhead",
+    }
+    assert row["cpu_gib"]["total"] > 0
+
+
+def test_no_gpu_no_verdict(cli) -> None:
+    r = cli("estimate", "--model", "1b", "--zero", "2")
+    assert r.exit_code == 0
+    assert r.stdout.splitlines()[-1].split()[-1] == "?"
+    assert "no fits verdict" in r.stderr
+
+
+def test_default_gpu_memory_from_nvidia_smi(cli, monkeypatch) -> None:
+    from dojo.gpus import Gpu
+
+    monkeypatch.setattr("dojo.gpus.list_gpus", lambda: [Gpu(0, "H200", 139.8)])
+    d = json.loads(cli("estimate", "--model", "7b", "--zero", "2", "--json").stdout)
+    assert d["rows"][0]["fits"] is False  # 7B full FT at ZeRO-2 on one H200
+
+
+def test_offload_stage3_offloads_params_too(cli) -> None:
+    d = json.loads(
+        cli("estimate", "--model", "7b", "--zero", "3", "--offload", "cpu", "--json").stdout
+    )
+    assert [(r["offload_optimizer"], r["offload_param"]) for r in d["rows"]] == [("cpu", "cpu")]
+    d = json.loads(
+        cli(
+            "estimate",
+            "--model",
+            "7b",
+            "--zero",
+            "3",
+            "--offload",
+            "cpu",
+            "--offload-param",
+            "none",
+            "--json",
+        ).stdout
+    )
+    assert d["rows"][0]["offload_param"] == "none"
+
+
+def test_overlap_rule_docs_shows_both(cli) -> None:
+    args = [
+        "estimate",
+        "--model",
+        "7b",
+        "--zero",
+        "2",
+        "--overlap-comm",
+        "--bucket-size",
+        "500000000",
+    ]
+    cur = cli(*args, "--json")
+    docs = cli(*args, "--overlap-rule", "docs", "--json")
+    c = json.loads(cur.stdout)["rows"][0]["gpu_gib"]["comm_buffers"]
+    d = json.loads(docs.stdout)["rows"][0]["gpu_gib"]["comm_buffers"]
+    assert d == pytest.approx(9e9 / 2**30, abs=0.001) and c < 3
+    table = cli(*args).stdout.splitlines()
+    assert "comm(docs)" in table[1]
+    assert "8.38" in table[2]
+
+
+def test_qlora_zero3_note(cli) -> None:
+    r = cli("estimate", "--model", "7b", "--zero", "3", "--method", "qlora", "--num-gpus", "2")
+    assert r.exit_code == 0
+    assert "note: ZeRO-3 + QLoRA needs bnb_4bit_quant_storage=bfloat16" in r.stderr
+
+
+def test_local_config(cli, tmp_path) -> None:
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 128,
+                "vocab_size": 1000,
+            }
+        )
+    )
+    d = json.loads(cli("estimate", "--model", str(tmp_path), "--zero", "0", "--json").stdout)
+    assert (
+        d["model"]["params"]
+        == 1000 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64 + 1000 * 64
+    )
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--model", "7x"], "error: --model '7x': unknown model"),
+        (
+            ["--model", "/nonexistent/config.json"],
+            "error: --model /nonexistent/config.json: no such file or folder",
+        ),
+        (["--model", "7b", "--micro-batch", "0"], "error: --micro-batch 0: must be at least 1"),
+        (["--model", "7b", "--seq-len", "-5"], "error: --seq-len -5: must be at least 1"),
+        (["--model", "7b", "--num-gpus", "0"], "error: --num-gpus 0: must be at least 1"),
+        (["--model", "7b", "--bucket-size", "0"], "error: --bucket-size 0: must be positive"),
+        (["--model", "7b", "--bucket-size", "-3"], "error: --bucket-size -3: must be positive"),
+        (
+            ["--model", "7b", "--zero", "2", "--offload-param", "cpu"],
+            "error: --offload-param cpu exists only at ZeRO stage 3, got --zero 2",
+        ),
+        (
+            ["--model", "7b", "--zero", "0", "--offload", "cpu"],
+            "error: --offload cpu needs ZeRO stage 1-3",
+        ),
+    ],
+)
+def test_bad_input(cli, args: list[str], message: str) -> None:
+    r = cli("estimate", *args)
+    assert r.exit_code == 1
+    assert r.stdout == ""
+    first, hint = r.stderr.splitlines()[:2]
+    assert first.startswith(message)
+    assert hint.startswith("hint: ")
+
+
+def test_did_you_mean(cli) -> None:
+    r = cli("estimate", "--model", "7x")
+    assert "did you mean 7b" in r.stderr
+
+
+def test_malformed_config_names_line(cli, tmp_path) -> None:
+    f = tmp_path / "config.json"
+    f.write_text('{\n  "hidden_size": 64,\n  oops\n}')
+    r = cli("estimate", "--model", str(f))
+    assert r.exit_code == 1
+    assert "is not valid JSON" in r.stderr and "line 3" in r.stderr
+
+
+def test_usage_errors(cli) -> None:
+    assert cli("estimate", "--model", "7b", "--zero", "4").exit_code == 2
+    assert cli("estimate", "--model", "7b", "--offload", "gpu").exit_code == 2
+    assert cli("estimate").exit_code == 2
+
+
+def test_help_lists_aliases(cli) -> None:
+    r = cli("estimate", "--help")
+    assert r.exit_code == 0
+    for alias in [
+        "0.5b",
+        "1b",
+        "1.5b",
+        "3b",
+        "7b=llama-2-7b",
+        "8b",
+        "13b",
+        "14b",
+        "32b",
+        "70b",
+        "72b",
+    ]:
+        assert alias in r.stdout.replace("\n", " ")
+
+
+def test_plan_rows_all_with_offload() -> None:
+    from dojo.estimate import Setup
+
+    rows = cli_estimate.plan_rows(Setup(), "all", "cpu", None)
+    assert [(s.stage, s.offload_optimizer, s.offload_param) for s in rows] == [
+        (1, "cpu", "none"),
+        (2, "cpu", "none"),
+        (3, "cpu", "cpu"),
+    ]

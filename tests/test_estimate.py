@@ -1,0 +1,340 @@
+"""The memory model: comm buffers (both rules), model states, activations, phases, verdicts."""
+
+import dataclasses
+
+import pytest
+
+from dojo.errors import EstimateError
+from dojo.estimate import (
+    GIB,
+    Calibration,
+    Setup,
+    activation_bytes,
+    comm_buffer_bytes,
+    estimate,
+    validate,
+)
+from dojo.modelspec import resolve_model
+
+MIB = 2**20
+P7 = 6_738_415_616
+
+
+@pytest.fixture(scope="module")
+def l7():
+    return resolve_model("llama-2-7b")
+
+
+# --- comm_buffer_bytes --------------------------------------------------------------------------
+
+
+def test_docs_rule_is_9e9_at_5e8_with_overlap() -> None:
+    assert comm_buffer_bytes(2, 500_000_000, 500_000_000, True, "docs") == 9_000_000_000
+    # 2e8/2e8 -> 3.6 GB, the HF docs' advice
+    assert comm_buffer_bytes(2, 200_000_000, 200_000_000, True, "docs") == 3_600_000_000
+
+
+def test_current_rule_follows_setup_buckets() -> None:
+    assert comm_buffer_bytes(2, 500_000_000, 500_000_000, True, "current") == 2_000_000_000
+    assert comm_buffer_bytes(2, 500_000_000, 500_000_000, False, "current") == 1_000_000_000
+    assert comm_buffer_bytes(1, 500_000_000, 1, True, "current") == 2_000_000_000
+    # ZeRO-3: one IPG buffer whatever overlap_comm says; ZeRO-0 has no bucket
+    assert comm_buffer_bytes(3, 500_000_000, 500_000_000, True, "current") == 1_000_000_000
+    assert comm_buffer_bytes(3, 500_000_000, 500_000_000, False, "current") == 1_000_000_000
+    assert comm_buffer_bytes(0, 500_000_000, 500_000_000, True, "current") == 0
+
+
+def test_docs_rule_only_where_the_docs_state_it() -> None:
+    for stage, ov in [(2, False), (3, True), (0, True)]:
+        assert comm_buffer_bytes(stage, 5, 5, ov, "docs") == comm_buffer_bytes(
+            stage, 5, 5, ov, "current"
+        )
+
+
+def test_issue_1302_deltas() -> None:
+    # DeepSpeed issue #1302 (ZeRO-2) measured these per-GPU deltas, MiB (memory-model.md 2.4).
+    f = comm_buffer_bytes
+    assert (
+        round(
+            (f(2, int(5e8), int(5e8), True, "current") - f(2, int(5e8), int(5e8), False, "current"))
+            / MIB
+        )
+        == 954
+    )
+    assert (
+        round((f(2, int(5e8), 1, True, "current") - f(2, int(1e8), 1, True, "current")) / MIB)
+        == 1526
+    )
+    assert (
+        abs((f(2, int(1e8), 1, True, "current") - f(2, int(1e7), 1, True, "current")) / MIB - 341)
+        < 3
+    )
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_bucket_must_be_positive(bad: int) -> None:
+    with pytest.raises(EstimateError, match=f"--bucket-size {bad}: bucket sizes must be positive"):
+        comm_buffer_bytes(2, bad, 5, True, "current")
+
+
+def test_unknown_rule() -> None:
+    with pytest.raises(EstimateError, match="--overlap-rule 'x'"):
+        comm_buffer_bytes(2, 5, 5, True, "x")
+
+
+# --- model states ------------------------------------------------------------------------------
+
+
+def test_zero2_states_match_deepspeed_formula(l7) -> None:
+    for n in (1, 2, 8):
+        e = estimate(l7, Setup(stage=2, num_gpus=n))
+        # DeepSpeed: 2P + 18P/N with 18 = 2 bf16 grads + 4 fp32 grads + 4 master + 8 Adam
+        ours = e.params + e.gradients + e.optimizer_states + e.step * 4 // 6
+        assert abs(ours - (2 * P7 + 18 * P7 // n)) <= 8
+
+
+def test_zero3_states_and_worked_example(l7) -> None:
+    # memory-model.md sec 7: 12.55 GiB static, ~18.0 GiB allocated, ~20.3 GiB in nvidia-smi
+    s = Setup(stage=3, num_gpus=8, seq_len=4096, grad_ckpt=True)
+    e = estimate(l7, s)
+    assert e.static / GIB == pytest.approx(12.55, abs=0.01)
+    assert e.allocated / GIB == pytest.approx(18.0, abs=0.2)
+    assert e.gpu_total_gib == pytest.approx(20.3, abs=0.3)
+
+
+def test_offload_moves_states_to_cpu(l7) -> None:
+    on = estimate(l7, Setup(stage=3, num_gpus=2, offload_optimizer="cpu"))
+    off = estimate(l7, Setup(stage=3, num_gpus=2))
+    assert on.optimizer_states == 0 and on.gradients == 0 and on.step == 0
+    assert (
+        on.cpu_optimizer_states == 2 * (12 * P7 // 2) or abs(on.cpu_optimizer_states - 12 * P7) < 4
+    )
+    assert on.cpu_steady == pytest.approx(18 * P7, rel=1e-6)  # 18 B/param over the node
+    assert on.cpu_pinned_rounded >= on.cpu_steady
+    assert on.gpu_total < off.gpu_total
+    both = estimate(l7, Setup(stage=3, num_gpus=2, offload_optimizer="cpu", offload_param="cpu"))
+    assert both.params == 0 and both.cpu_params == pytest.approx(2 * P7, rel=1e-6)
+
+
+def test_stage_order_for_full_finetune(l7) -> None:
+    totals = [estimate(l7, Setup(stage=s, num_gpus=8)).gpu_total for s in (0, 1, 2, 3)]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_lora_and_qlora(l7) -> None:
+    full = estimate(l7, Setup(stage=2))
+    lora = estimate(l7, Setup(stage=2, method="lora"))
+    qlora = estimate(l7, Setup(stage=2, method="qlora"))
+    assert lora.trainable_params == 39_976_960
+    assert lora.params == 2 * P7 + 2 * 39_976_960
+    # NF4 + double quant on the 6.476B decoder linears, 16-bit embeddings/head/norms
+    q = l7.quantizable_params
+    assert qlora.params == int(0.5159 * q + 2 * (P7 - q) + 2 * 39_976_960)
+    assert qlora.gpu_total < lora.gpu_total < full.gpu_total
+    z3 = estimate(l7, Setup(stage=3, num_gpus=2, method="qlora"))
+    assert any("bnb_4bit_quant_storage" in n for n in z3.notes)
+
+
+def test_zero1_keeps_full_grads(l7) -> None:
+    assert estimate(l7, Setup(stage=1, num_gpus=8)).gradients == 2 * P7
+    assert estimate(l7, Setup(stage=2, num_gpus=8)).gradients == 2 * P7 // 8
+
+
+def test_nvme_below_stage3_is_cpu(l7) -> None:
+    e = estimate(l7, Setup(stage=2, offload_optimizer="nvme"))
+    assert e.cpu_optimizer_states > 0 and e.nvme == 0
+    assert any("no NVMe swapper" in n for n in e.notes)
+    z3 = estimate(l7, Setup(stage=3, offload_optimizer="nvme", offload_param="nvme"))
+    assert z3.nvme == pytest.approx(18 * P7, rel=1e-6)
+
+
+# --- activations and logits --------------------------------------------------------------------
+
+
+def test_activation_coefficient_llama2(l7) -> None:
+    # Measured 45.54 bytes per token x hidden per layer (memory-model.md 3.2)
+    s = Setup(seq_len=512)
+    one = activation_bytes(l7, s)[0] - activation_bytes(dataclasses.replace(l7, num_layers=0), s)[0]
+    assert one / (32 * 512 * 4096) == pytest.approx(45.54, rel=0.01)
+
+
+def test_logits_fp32_term() -> None:
+    spec = resolve_model("llama-3.1-8b")
+    _, logits = activation_bytes(spec, Setup(seq_len=8192, grad_ckpt=True))
+    assert logits == 12 * 8192 * 128256  # 12.6 GB, the peak of sec 3.5's example
+
+
+def test_eager_adds_quadratic_term(l7) -> None:
+    a = activation_bytes(l7, Setup(seq_len=1024))[0]
+    b = activation_bytes(l7, Setup(seq_len=1024, attention="eager"))[0]
+    assert b - a == 32 * 6 * 32 * 1024 * 1024
+
+
+def test_checkpointing_cuts_activations(l7) -> None:
+    s = Setup(seq_len=4096)
+    assert (
+        activation_bytes(l7, dataclasses.replace(s, grad_ckpt=True))[0]
+        < activation_bytes(l7, s)[0] / 5
+    )
+
+
+def test_lora_dropout_costs_activations(l7) -> None:
+    s = Setup(method="lora", seq_len=1024)
+    assert (
+        activation_bytes(l7, dataclasses.replace(s, lora_dropout=0.05))[0]
+        > activation_bytes(l7, s)[0]
+    )
+
+
+# Predictions of the independent scratch implementation in memory-model.md sec 9 (GiB allocated).
+SEC9 = [
+    (
+        "7b",
+        {
+            "stage": 2,
+            "num_gpus": 2,
+            "micro_batch": 2,
+            "seq_len": 4096,
+            "bucket_size": 500_000_000,
+            "overlap_comm": False,
+        },
+        107.6,
+    ),
+    (
+        "7b",
+        {
+            "stage": 2,
+            "num_gpus": 2,
+            "micro_batch": 2,
+            "seq_len": 4096,
+            "bucket_size": 500_000_000,
+            "overlap_comm": True,
+        },
+        108.5,
+    ),
+    ("7b", {"stage": 3, "num_gpus": 2, "seq_len": 2048, "grad_ckpt": True}, 55.8),
+    (
+        "7b",
+        {"stage": 3, "num_gpus": 2, "seq_len": 4096, "grad_ckpt": True, "offload_optimizer": "cpu"},
+        11.6,
+    ),
+    (
+        "llama-3.2-3b",
+        {"stage": 3, "grad_ckpt": True, "offload_optimizer": "cpu", "offload_param": "cpu"},
+        6.8,
+    ),
+    ("7b", {"stage": 2, "method": "lora", "micro_batch": 4, "seq_len": 2048}, 60.5),
+    (
+        "7b",
+        {"stage": 2, "method": "lora", "micro_batch": 4, "seq_len": 2048, "grad_ckpt": True},
+        19.0,
+    ),
+    (
+        "7b",
+        {"stage": 2, "method": "qlora", "lora_rank": 8, "seq_len": 8192, "grad_ckpt": True},
+        9.7,
+    ),
+    ("llama-3.1-8b", {"stage": 3, "num_gpus": 2, "seq_len": 8192, "grad_ckpt": True}, 78.3),
+    ("llama-3.1-8b", {"stage": 2, "method": "lora", "seq_len": 1024, "attention": "eager"}, 29.1),
+    ("qwen2.5-1.5b", {"stage": 0, "num_gpus": 2, "micro_batch": 4, "seq_len": 2048}, 60.2),
+    ("qwen2.5-1.5b", {"stage": 1, "num_gpus": 2, "micro_batch": 4, "seq_len": 2048}, 52.5),
+]
+
+
+@pytest.mark.parametrize("model,kw,gib", SEC9)
+def test_agrees_with_memory_model_matrix(model: str, kw: dict, gib: float) -> None:
+    e = estimate(resolve_model(model), Setup(**kw))
+    assert e.allocated / GIB == pytest.approx(gib, rel=0.05)
+
+
+def test_overlap_delta_matches_current_code(l7) -> None:
+    base = {
+        "stage": 2,
+        "num_gpus": 2,
+        "micro_batch": 2,
+        "seq_len": 4096,
+        "bucket_size": 500_000_000,
+    }
+    on = estimate(l7, Setup(overlap_comm=True, **base))
+    off = estimate(l7, Setup(overlap_comm=False, **base))
+    assert on.allocated - off.allocated == 1_000_000_000  # +1 bucket, not +9 GB
+    docs = estimate(l7, Setup(overlap_comm=True, overlap_rule="docs", **base))
+    assert docs.comm == 9_000_000_000 and docs.comm_current == on.comm
+
+
+# --- result shape, phases, verdicts ------------------------------------------------------------
+
+
+def test_columns_sum_to_total(l7) -> None:
+    for st in (0, 1, 2, 3):
+        for ck in (False, True):
+            e = estimate(l7, Setup(stage=st, num_gpus=4, grad_ckpt=ck))
+            cols = e.gpu_columns()
+            assert sum(v for k, v in cols.items() if k != "total") == pytest.approx(
+                cols["total"], abs=8
+            )
+
+
+def test_step_phase_peak_shows_in_optimizer_column(l7) -> None:
+    e = estimate(l7, Setup(stage=3, num_gpus=2, grad_ckpt=True))
+    assert e.peak_phase == "step"
+    assert e.gpu_columns()["optimizer_states"] > e.optimizer_states
+
+
+def test_to_dict_schema(l7) -> None:
+    d = estimate(l7, Setup(gpu_memory_gib=141)).to_dict()
+    assert list(d) == ["stage", "offload_optimizer", "offload_param", "gpu_gib", "cpu_gib", "fits"]
+    assert list(d["gpu_gib"]) == [
+        "total",
+        "params",
+        "gradients",
+        "optimizer_states",
+        "activations",
+        "logits",
+        "comm_buffers",
+        "overhead",
+    ]
+    assert "total" in d["cpu_gib"]
+
+
+def test_fits_verdict(l7) -> None:
+    # Issue 5: a 7B full fine-tune at ZeRO-2 on one 141 GB H200 does not fit.
+    assert estimate(l7, Setup(stage=2, gpu_memory_gib=139.8)).fits is False
+    assert estimate(l7, Setup(stage=3, num_gpus=8, gpu_memory_gib=139.8)).fits is True
+    assert estimate(l7, Setup(stage=3, num_gpus=8)).fits is None
+    tight = Setup(
+        stage=3,
+        num_gpus=1,
+        offload_optimizer="cpu",
+        offload_param="cpu",
+        gpu_memory_gib=139.8,
+        cpu_memory_gib=64,
+    )
+    assert estimate(l7, tight).fits is False  # host RAM, not the GPU, is the limit
+
+
+def test_calibration_is_used(l7) -> None:
+    base = estimate(l7, Setup(num_gpus=2))
+    more = estimate(l7, Setup(num_gpus=2, calibration=Calibration(cuda_context_gib=1.6)))
+    assert more.gpu_total - base.gpu_total == pytest.approx(
+        GIB, abs=2
+    )  # slack is on allocated only
+
+
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"micro_batch": 0}, "--micro-batch 0: must be at least 1"),
+        ({"seq_len": -5}, "--seq-len -5: must be at least 1"),
+        ({"num_gpus": 0}, "--num-gpus 0: must be at least 1"),
+        ({"bucket_size": 0}, "--bucket-size 0: must be positive"),
+        ({"stage": 4}, "--zero 4: no such ZeRO stage"),
+        ({"stage": 2, "offload_param": "cpu"}, "--offload-param cpu exists only at ZeRO stage 3"),
+        ({"stage": 0, "offload_optimizer": "cpu"}, "--offload cpu needs ZeRO stage 1-3"),
+    ],
+)
+def test_validate_messages(kw: dict, msg: str) -> None:
+    with pytest.raises(EstimateError) as e:
+        validate(Setup(**kw))
+    assert e.value.message.startswith(msg)
+    assert e.value.hint

@@ -1,0 +1,175 @@
+"""ModelSpec: exact parameter counts, config.json reading, Hub fetch errors, name resolution."""
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from dojo.architectures import ARCHITECTURES, SIZE_ALIASES
+from dojo.errors import EstimateError
+from dojo.modelspec import from_hf_config, resolve_model
+
+# Published totals (model cards / safetensors metadata), independent of the tables' comments.
+PUBLISHED = {
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-13b": 13_015_864_320,
+    "llama-2-70b": 68_976_648_192,
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "llama-3.2-1b": 1_235_814_400,
+    "llama-3.2-3b": 3_212_749_824,
+    "mistral-7b": 7_241_732_096,
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-1.5b": 1_543_714_304,
+    "qwen2.5-7b": 7_615_616_512,
+    "qwen2.5-72b": 72_706_203_648,
+    "gemma-2-2b": 2_614_341_888,
+    "gemma-2-9b": 9_241_705_984,
+    "qwen3-0.6b": 596_049_920,
+}
+
+
+@pytest.mark.parametrize("name,count", sorted(PUBLISHED.items()))
+def test_param_counts_match_published(name: str, count: int) -> None:
+    assert resolve_model(name).params == count
+
+
+def test_every_alias_maps_to_a_named_architecture() -> None:
+    for need in ["0.5b", "1b", "1.5b", "3b", "7b", "8b", "13b", "14b", "32b", "70b", "72b"]:
+        assert SIZE_ALIASES[need] in ARCHITECTURES
+    assert resolve_model("7b").params == 6_738_415_616
+    assert resolve_model("7B").name == "llama-2-7b"
+
+
+def test_shapes_gqa_bias_tied() -> None:
+    q = resolve_model("qwen2.5-0.5b")
+    assert (q.num_kv_heads, q.head_dim, q.kv_dim, q.qkv_bias, q.tied_embeddings) == (
+        2,
+        64,
+        128,
+        True,
+        True,
+    )
+    assert q.head_params == 0
+    g = resolve_model("gemma-2-2b")
+    assert (g.head_dim, g.q_dim, g.norms_per_layer) == (256, 2048, 4)
+    assert resolve_model("qwen3-0.6b").qk_norm
+
+
+def test_lora_params_llama2_7b() -> None:
+    # memory-model.md sec 4: r * (9h + 2h_kv + 3i) per layer -> 40.0M at r=16 for Llama-2-7B.
+    spec = resolve_model("llama-2-7b")
+    h, i = 4096, 11008
+    assert spec.lora_params(16) == 32 * 16 * (9 * h + 2 * h + 3 * i) == 39_976_960
+    assert spec.lora_params(8, ("q_proj", "v_proj")) == 32 * 8 * (2 * h + 2 * h)
+
+
+def test_largest_layer_is_embedding() -> None:
+    assert resolve_model("7b").largest_layer_params == 131_072_000
+
+
+def test_local_config_json_and_folder(tmp_path) -> None:
+    cfg = dict(ARCHITECTURES["llama-3.2-1b"])
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert resolve_model(str(tmp_path)).params == 1_235_814_400
+    assert resolve_model(str(tmp_path / "config.json")).params == 1_235_814_400
+
+
+def test_text_config_nesting(tmp_path) -> None:
+    inner = dict(ARCHITECTURES["qwen2.5-1.5b"].items())
+    outer = {"model_type": "llava", "architectures": ["X"], "text_config": inner}
+    assert from_hf_config(outer, "x").params == 1_543_714_304
+
+
+def test_tie_default_per_model_type() -> None:
+    cfg = {k: v for k, v in ARCHITECTURES["llama-2-7b"].items() if k != "tie_word_embeddings"}
+    assert from_hf_config(cfg, "x").tied_embeddings is False
+    cfg["model_type"] = "gemma"
+    assert from_hf_config(cfg, "x").tied_embeddings is True
+
+
+def test_unknown_name_lists_close_names() -> None:
+    with pytest.raises(EstimateError) as e:
+        resolve_model("7x")
+    assert e.value.message == "--model '7x': unknown model"
+    assert "did you mean 7b" in (e.value.hint or "")
+
+
+def test_missing_path(tmp_path) -> None:
+    with pytest.raises(EstimateError, match="no such file or folder"):
+        resolve_model(str(tmp_path / "nope" / "config.json"))
+    with pytest.raises(EstimateError, match="folder has no config.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_malformed_json_names_line(tmp_path) -> None:
+    f = tmp_path / "config.json"
+    f.write_text('{\n  "hidden_size": 64,\n  "num_hidden_layers": ,\n}\n')
+    with pytest.raises(EstimateError, match=r"is not valid JSON: .* at line 3 column"):
+        resolve_model(str(f))
+
+
+def test_missing_key(tmp_path) -> None:
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({"hidden_size": 64}))
+    with pytest.raises(EstimateError, match="config.json has no 'num_hidden_layers'"):
+        resolve_model(str(f))
+
+
+def test_moe_rejected() -> None:
+    cfg = dict(ARCHITECTURES["mistral-7b"], num_local_experts=8)
+    with pytest.raises(EstimateError, match="mixture-of-experts"):
+        from_hf_config(cfg, "mixtral")
+
+
+def test_hub_fetch_uses_endpoint_and_token(monkeypatch) -> None:
+    seen = {}
+
+    class Resp:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def read(self):
+            return json.dumps(ARCHITECTURES["llama-3.2-1b"]).encode()
+
+    def fake_urlopen(req, timeout):
+        seen["url"], seen["auth"], seen["timeout"] = (
+            req.full_url,
+            req.get_header("Authorization"),
+            timeout,
+        )
+        return Resp()
+
+    monkeypatch.setenv("HF_ENDPOINT", "https://mirror.example/")
+    monkeypatch.setenv("HF_TOKEN", "hf_abc")
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+    spec = resolve_model("meta-llama/Llama-3.2-1B")
+    assert spec.params == 1_235_814_400
+    assert seen["url"] == "https://mirror.example/meta-llama/Llama-3.2-1B/resolve/main/config.json"
+    assert seen["auth"] == "Bearer hf_abc"
+    assert seen["timeout"] <= 15
+
+
+def test_hub_offline_is_clear(monkeypatch) -> None:
+    def offline(req, timeout):
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(EstimateError) as e:
+        resolve_model("org/some-model")
+    assert "org/some-model" in e.value.message and "cannot reach" in e.value.message
+    assert "config.json" in (e.value.hint or "")
+
+
+def test_hub_gated(monkeypatch) -> None:
+    def gated(req, timeout):
+        raise urllib.error.HTTPError(req.full_url, 401, "Unauthorized", {}, None)
+
+    monkeypatch.setattr(urllib.request, "urlopen", gated)
+    with pytest.raises(EstimateError, match="HTTP 401; gated or private") as e:
+        resolve_model("meta-llama/Llama-2-7b-hf")
+    assert "HF_TOKEN" in (e.value.hint or "")

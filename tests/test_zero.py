@@ -1,0 +1,201 @@
+"""Pure tests for dojo.zero: key sets, "auto" values, HF bucket formulas, validation, presets."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dojo.errors import ConfigError
+from dojo.zero import PRESETS, ZeroConfig, build_ds_config
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "zero"
+
+# The issue's key lists (stage 2 and stage 3), plus "stage".
+STAGE2_KEYS = {
+    "stage",
+    "offload_optimizer",
+    "allgather_partitions",
+    "allgather_bucket_size",
+    "overlap_comm",
+    "reduce_scatter",
+    "reduce_bucket_size",
+    "contiguous_gradients",
+    "round_robin_gradients",
+}
+STAGE3_KEYS = {
+    "stage",
+    "offload_optimizer",
+    "offload_param",
+    "overlap_comm",
+    "contiguous_gradients",
+    "sub_group_size",
+    "reduce_bucket_size",
+    "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold",
+    "stage3_max_live_parameters",
+    "stage3_max_reuse_distance",
+    "stage3_gather_16bit_weights_on_model_save",
+}
+
+
+def test_stage2_keys_and_auto_values() -> None:
+    ds = build_ds_config(ZeroConfig(stage=2))
+    assert set(ds["zero_optimization"]) == STAGE2_KEYS
+    for key in (
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "gradient_clipping",
+    ):
+        assert ds[key] == "auto"
+    assert ds["bf16"]["enabled"] == "auto" and ds["fp16"]["enabled"] == "auto"
+    assert ds["zero_optimization"]["reduce_bucket_size"] == "auto"
+    assert ds["zero_optimization"]["offload_optimizer"] == {"device": "none", "pin_memory": True}
+    assert "optimizer" not in ds and "scheduler" not in ds
+    json.dumps(ds)  # JSON-serialisable
+
+
+def test_stage3_keys_and_offload_follows() -> None:
+    ds = build_ds_config(ZeroConfig(stage=3, offload="cpu"))
+    zero = ds["zero_optimization"]
+    assert set(zero) == STAGE3_KEYS
+    assert zero["offload_optimizer"]["device"] == "cpu"
+    assert zero["offload_param"]["device"] == "cpu"  # --offload at stage 3 also offloads params
+    for key in (
+        "reduce_bucket_size",
+        "stage3_prefetch_bucket_size",
+        "stage3_param_persistence_threshold",
+    ):
+        assert zero[key] == "auto"
+    assert ds["zero_force_ds_cpu_optimizer"] is False  # hf optimizer + offload
+
+
+def test_offload_param_override() -> None:
+    zero = build_ds_config(ZeroConfig(stage=3, offload="cpu", offload_param="none"))[
+        "zero_optimization"
+    ]
+    assert zero["offload_param"]["device"] == "none"
+    assert zero["offload_optimizer"]["device"] == "cpu"
+    zero = build_ds_config(ZeroConfig(stage=3, offload_param="cpu"))["zero_optimization"]
+    assert (zero["offload_param"]["device"], zero["offload_optimizer"]["device"]) == ("cpu", "none")
+
+
+def test_stage0_and_stage1() -> None:
+    assert build_ds_config(ZeroConfig(stage=0))["zero_optimization"] == {"stage": 0}
+    assert set(build_ds_config(ZeroConfig(stage=1))["zero_optimization"]) == STAGE2_KEYS
+
+
+@pytest.mark.parametrize("h", [64, 896, 4096, 8192])
+def test_model_resolves_hf_bucket_formulas(h: int) -> None:
+    # transformers trainer_config_finalize: h*h, int(0.9*h*h), 10*h
+    zero = build_ds_config(ZeroConfig(stage=3, hidden_size=h))["zero_optimization"]
+    assert zero["reduce_bucket_size"] == h * h
+    assert zero["stage3_prefetch_bucket_size"] == int(0.9 * h * h)
+    assert zero["stage3_param_persistence_threshold"] == 10 * h
+    assert (
+        build_ds_config(ZeroConfig(stage=2, hidden_size=h))["zero_optimization"][
+            "reduce_bucket_size"
+        ]
+        == h * h
+    )
+
+
+def test_bucket_size_wins_over_model() -> None:
+    zero = build_ds_config(ZeroConfig(stage=2, bucket_size=200_000_000, hidden_size=4096))[
+        "zero_optimization"
+    ]
+    assert zero["reduce_bucket_size"] == zero["allgather_bucket_size"] == 200_000_000
+
+
+def test_optimizer_scheduler_blocks() -> None:
+    ds = build_ds_config(ZeroConfig(stage=2, optimizer="ds", scheduler="ds"))
+    assert ds["optimizer"] == {
+        "type": "AdamW",
+        "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+    }
+    assert ds["scheduler"]["type"] == "WarmupDecayLR"
+    assert set(ds["scheduler"]["params"].values()) == {"auto"}
+    # DeepSpeed optimizer + offload: no need for zero_force_ds_cpu_optimizer
+    assert "zero_force_ds_cpu_optimizer" not in build_ds_config(
+        ZeroConfig(stage=2, offload="cpu", optimizer="ds")
+    )
+
+
+def test_precision_blocks() -> None:
+    bf16 = build_ds_config(ZeroConfig(precision="bf16"))
+    assert bf16["bf16"] == {"enabled": True} and bf16["fp16"] == {"enabled": False}
+    fp16 = build_ds_config(ZeroConfig(precision="fp16"))
+    assert fp16["fp16"]["enabled"] is True and fp16["fp16"]["loss_scale"] == 0
+    assert fp16["bf16"] == {"enabled": False}
+
+
+def test_nvme_blocks() -> None:
+    ds = build_ds_config(
+        ZeroConfig(stage=3, offload="nvme", nvme_path="/nvme", largest_param=128_256 * 4096)
+    )
+    zero = ds["zero_optimization"]
+    assert zero["offload_optimizer"]["nvme_path"] == zero["offload_param"]["nvme_path"] == "/nvme"
+    assert zero["offload_param"]["buffer_size"] == 128_256 * 4096  # raised to fit the embedding
+    assert "aio" in ds
+    small = build_ds_config(ZeroConfig(stage=3, offload="nvme", nvme_path="/n", largest_param=10))
+    assert small["zero_optimization"]["offload_param"]["buffer_size"] == 100_000_000
+    assert "aio" not in build_ds_config(ZeroConfig(stage=3, offload="cpu"))
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message", "hint"),
+    [
+        (ZeroConfig(stage=4), "--stage 4 is not a ZeRO stage", "choose --stage 0, 1, 2 or 3"),
+        (
+            ZeroConfig(offload="gpu"),
+            "--offload 'gpu' is not an offload device",
+            "choose --offload none, cpu or nvme",
+        ),
+        (
+            ZeroConfig(stage=2, offload_param="cpu"),
+            "--offload-param cpu needs --stage 3 (parameter offload exists only in ZeRO-3)",
+            "use --stage 3 --offload-param cpu, or --offload cpu to offload only the optimizer state",
+        ),
+        (
+            ZeroConfig(stage=3, offload="nvme"),
+            "--offload nvme needs --nvme-path",
+            "pass --nvme-path DIR (a folder on a fast local NVMe disk), or use cpu offload",
+        ),
+        (ZeroConfig(stage=3, offload_param="nvme"), "--offload-param nvme needs --nvme-path", None),
+        (ZeroConfig(bucket_size=0), "--bucket-size 0 must be a positive number of elements", None),
+        (
+            ZeroConfig(bucket_size=-5),
+            "--bucket-size -5 must be a positive number of elements",
+            None,
+        ),
+        (ZeroConfig(stage=0, offload="cpu"), "--offload cpu needs ZeRO stage 1, 2 or 3", None),
+        (
+            ZeroConfig(optimizer="torch"),
+            "--optimizer 'torch' is not valid",
+            "choose --optimizer hf or ds",
+        ),
+        (ZeroConfig(precision="fp8"), "--precision 'fp8' is not valid", None),
+    ],
+)
+def test_bad_config_messages(cfg: ZeroConfig, message: str, hint: str | None) -> None:
+    with pytest.raises(ConfigError) as exc:
+        build_ds_config(cfg)
+    assert exc.value.message.startswith(message)
+    if hint is not None:
+        assert exc.value.hint == hint
+
+
+def test_all_problems_are_collected() -> None:
+    problems = ZeroConfig(stage=2, offload_param="nvme", bucket_size=-1).validate()
+    assert len(problems) == 3  # param offload below stage 3, nvme without path, bucket size
+    assert ZeroConfig().validate() == []
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_template_is_regenerated_equal(name: str) -> None:
+    path = TEMPLATES / f"{name}.json"
+    assert json.loads(path.read_text()) == build_ds_config(PRESETS[name])
+
+
+def test_every_zero_template_is_a_preset() -> None:
+    assert sorted(p.stem for p in TEMPLATES.glob("*.json")) == sorted(PRESETS)
