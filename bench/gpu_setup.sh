@@ -1,0 +1,7 @@
+# Source this on the lent GPU machine (see docs/benchmarks.md): installs the carried wheels from .whl
+# (made by ../shared/tools/gpu-wheels.sh + liger-kernel) into /tmp/site and puts dojo on PYTHONPATH.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
+export PYTHONPATH=/tmp/site:$PWD
+export PYTHONUNBUFFERED=1
+# keep NVLink multicast off (shared host, KINDS.md)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

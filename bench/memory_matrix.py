@@ -1,0 +1,225 @@
+"""Estimator accuracy on a real GPU: `dojo train` runs beside `dojo estimate` for the same settings.
+
+Run on the lent GPU machine (docs/benchmarks.md has the exact call):
+
+    source bench/gpu_setup.sh && python3 bench/memory_matrix.py --shape 1b --out $OUT/mem_1b.json
+
+For each row it prepares a random-weight model of a real shape (weights made once on the GPU and
+saved, so rows load instead of re-initialising), runs `python -m dojo train` for 4 optimizer steps
+on packed synthetic conversations (every micro-batch is exactly --seq-len tokens), samples
+nvidia-smi's "memory.used" and the host's used RAM every 50 ms, and reads the worker's peaks after
+step 1 (PyTorch max allocated / reserved) from dojo_summary.json. A run that dies with CUDA OOM is
+recorded as OOM. The estimate is dojo.estimate.estimate() with the same Setup.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from dojo.architectures import ARCHITECTURES  # noqa: E402
+from dojo.estimate import Setup, estimate  # noqa: E402
+from dojo.modelspec import resolve_model  # noqa: E402
+
+SHAPES = {"1b": "llama-3.2-1b", "7b": "llama-2-7b"}
+
+
+@dataclass(frozen=True)
+class Row:
+    shape: str
+    stage: int
+    method: str = "full"
+    micro_batch: int = 4
+    seq_len: int = 2048
+    grad_ckpt: bool = False
+    overlap_comm: bool = False
+    bucket: int = 500_000_000
+    offload: str = "none"
+    extra: tuple[str, ...] = field(default_factory=tuple)
+
+    def label(self) -> str:
+        bits = [f"{self.shape} Z{self.stage} {self.method}", f"b{self.micro_batch}x{self.seq_len}"]
+        bits.append("ckpt" if self.grad_ckpt else "no-ckpt")
+        if self.stage in (1, 2, 3):
+            bits.append(f"ov={'on' if self.overlap_comm else 'off'} rbs={self.bucket:.0e}")
+        if self.offload != "none":
+            bits.append(f"offload={self.offload}")
+        return " ".join(bits)
+
+
+MATRIX = {
+    "1b": [
+        Row("1b", 0, micro_batch=4),
+        Row("1b", 1, micro_batch=4),
+        Row("1b", 2, micro_batch=4, overlap_comm=False),
+        Row("1b", 2, micro_batch=4, overlap_comm=True),
+        Row("1b", 2, micro_batch=4, overlap_comm=True, bucket=200_000_000),
+        Row("1b", 2, micro_batch=8, grad_ckpt=True, overlap_comm=True),
+        Row("1b", 3, micro_batch=4, overlap_comm=True),
+        Row("1b", 2, micro_batch=4, grad_ckpt=True, offload="cpu", extra=("--optimizer", "ds")),
+        Row("1b", 2, method="lora", micro_batch=4),
+        Row("1b", 2, method="qlora", micro_batch=4, grad_ckpt=True),
+    ],
+    "7b": [
+        Row("7b", 2, method="lora", micro_batch=4, grad_ckpt=True),
+        Row("7b", 3, micro_batch=1, grad_ckpt=True, overlap_comm=True),
+        Row("7b", 2, micro_batch=1, grad_ckpt=True),  # expected OOM on one 141 GB GPU
+        Row("7b", 3, method="qlora", micro_batch=2, grad_ckpt=True),
+    ],
+}
+
+
+def prepare_model(shape: str, root: Path) -> Path:
+    """config.json of the real shape + the bundled tiny tokenizer + random bf16 weights (once)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    folder = root / f"model-{shape}"
+    if (folder / "config.json").exists() and any(folder.glob("*.safetensors")):
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = dict(ARCHITECTURES[SHAPES[shape]])
+    cfg.pop("model_type", None)
+    config = LlamaConfig(**cfg, torch_dtype="bfloat16", max_position_embeddings=8192)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(folder, safe_serialization=True)
+    del model
+    torch.cuda.empty_cache()
+    from dojo.train.tiny import build_tiny_tokenizer
+
+    build_tiny_tokenizer(folder)
+    return folder
+
+
+def make_data(path: Path, n: int = 2000) -> Path:
+    """Synthetic chats of a few hundred tokens each; packing fills every row to --seq-len."""
+    import random
+
+    rng = random.Random(0)
+    words = "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega river stone cloud".split()
+    with path.open("w") as f:
+        for _ in range(n):
+            q = " ".join(rng.choice(words) for _ in range(rng.randint(40, 120)))
+            a = " ".join(rng.choice(words) for _ in range(rng.randint(80, 240)))
+            msgs = [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+            f.write(json.dumps({"messages": msgs}) + "\n")
+    return path
+
+
+class Sampler:
+    """nvidia-smi memory.used (MiB) and host used RAM, sampled every 50 ms in a thread."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.gpu_mib = 0.0
+        self.host_base = psutil.virtual_memory().used
+        self.host_peak = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        q = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"]
+        while not self._stop.is_set():
+            try:
+                used = float(subprocess.run(q, capture_output=True, text=True).stdout.split()[0])
+                self.gpu_mib = max(self.gpu_mib, used)
+            except (IndexError, ValueError):
+                pass
+            self.host_peak = max(self.host_peak, self._psutil.virtual_memory().used - self.host_base)
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> "Sampler":
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+def run_row(row: Row, model: Path, data: Path, out: Path, gpu_gib: float) -> dict[str, object]:
+    run_dir = out / row.label().replace(" ", "_").replace("=", "")
+    cmd = [
+        sys.executable, "-m", "dojo", "train", "--gpus", "0", "--model", str(model),
+        "--data", str(data), "--template", "chatml", "--method", row.method,
+        "--zero", str(row.stage), "--offload", row.offload, "--micro-batch", str(row.micro_batch),
+        "--seq-len", str(row.seq_len), "--packing", "--max-steps", "4", "--save-steps", "0",
+        "--lora-dropout", "0", "--bucket-size", str(row.bucket),
+        "--grad-ckpt" if row.grad_ckpt else "--no-grad-ckpt",
+        "--overlap-comm" if row.overlap_comm else "--no-overlap-comm",
+        "--no-save-model", "--output-dir", str(run_dir), "--force", *row.extra,
+    ]  # fmt: skip
+    t0 = time.time()
+    with Sampler() as s:
+        p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "DOJO_DEBUG": "1"})
+    log = p.stdout + p.stderr
+    (out / f"{run_dir.name}.log").write_text(log)
+    oom = "out of memory" in log.lower() or "OutOfMemoryError" in log
+    summary_path = run_dir / "dojo_summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    spec = resolve_model(str(model / "config.json"))
+    setup = Setup(
+        stage=row.stage, method=row.method, micro_batch=row.micro_batch, seq_len=row.seq_len,
+        grad_ckpt=row.grad_ckpt, overlap_comm=row.overlap_comm, bucket_size=row.bucket,
+        offload_optimizer=row.offload, offload_param="none", lora_dropout=0.0,
+        gpu_memory_gib=gpu_gib,
+    )  # fmt: skip
+    est = estimate(spec, setup)
+    return {
+        "row": row.label(),
+        "rc": p.returncode,
+        "oom": oom,
+        "wall_s": round(time.time() - t0, 1),
+        "smi_peak_gib": round(s.gpu_mib / 1024, 2),
+        "host_peak_gib": round(s.host_peak / 2**30, 2),
+        "alloc_gib": summary.get("peak_allocated_gib_after_step1"),
+        "reserved_gib": summary.get("peak_reserved_gib_after_step1"),
+        "est_alloc_gib": round(est.allocated / 2**30, 2),
+        "est_gpu_gib": round(est.gpu_total_gib, 2),
+        "est_cpu_gib": round(est.cpu_total_gib, 2),
+        "est_fits": est.fits,
+        "estimate": est.to_dict(),
+        "tail": "" if p.returncode == 0 else log[-1500:],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", choices=sorted(MATRIX), required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default="/tmp/dojo-bench")
+    ap.add_argument("--only", type=int, nargs="*", help="row indexes to run")
+    args = ap.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    from dojo.gpus import list_gpus
+
+    gpu_gib = list_gpus()[0].memory_gib
+    model = prepare_model(args.shape, work)
+    data = make_data(work / "bench_chat.jsonl")
+    results = []
+    for i, row in enumerate(MATRIX[args.shape]):
+        if args.only and i not in args.only:
+            continue
+        r = run_row(row, model, data, work, gpu_gib)
+        results.append(r)
+        print(json.dumps({k: v for k, v in r.items() if k not in ("estimate", "tail")}), flush=True)
+        if r["rc"] != 0 and not r["oom"]:
+            print(r["tail"], flush=True)
+        Path(args.out).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""dojo train: run config, launch, the worker and its data pipeline."""

@@ -1,0 +1,146 @@
+"""Packing short samples into full rows, and the two collators the Trainer uses.
+
+API (imported by the worker, after ``dojo.train.data.build_examples``):
+
+    pack(examples, seq_len) -> list[dict]          rows of <= seq_len tokens: input_ids, labels,
+                                                   position_ids restarting at 0 for each sample
+    PackedCollator(pad_id, flatten=True)(rows)     batch without attention_mask (see below)
+    PadCollator(pad_id, pad_to_multiple_of=1)(ex)  pad to the longest in the batch
+    packing_supported(model) -> (bool, reason)     can this model's attention keep samples apart?
+
+How samples stay apart (transformers 5.24): with ``attention_mask=None`` and ``position_ids``
+given, ``masking_utils._preprocess_mask_arguments`` calls ``find_packed_sequence_indices``: every
+place where the position does not grow by 1 starts a new sequence, and the causal mask becomes
+block-diagonal (eager, sdpa, flex_attention). Flash attention (2/3) instead turns position_ids
+into ``cu_seqlens`` (``modeling_flash_attention_utils._is_packed_sequence``), but only for a batch
+of ONE row. So ``PackedCollator`` flattens the micro-batch into a single row [1, n_rows*seq_len]
+(as transformers' DataCollatorWithFlattening does): it is correct for all five implementations,
+needs no padding, and keeps the token budget at micro_batch * seq_len as the estimate assumes.
+A model whose code does not build its mask through masking_utils (remote code, old
+architectures) would attend across samples: ``packing_supported`` says so and the worker pads.
+
+The first label of every packed sample is -100: the previous sample's last token must not be
+trained to predict it (DataCollatorWithFlattening does the same).
+"""
+
+import bisect
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+IGNORE = -100
+"""Label value the loss skips (torch CrossEntropyLoss ignore_index, HF convention)."""
+PACKING_ATTENTION = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
+"""Attention implementations that honour per-sample position_ids (see module docstring)."""
+
+
+def pack(examples: list[dict[str, Any]], seq_len: int) -> list[dict[str, list[int]]]:
+    """Best-fit decreasing bin packing of examples (each <= seq_len tokens) into rows.
+
+    Deterministic: longest first, ties in input order; each example goes to the fullest row it
+    still fits in. Rows are returned in creation order (the Trainer's sampler shuffles them).
+    """
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    order = sorted(range(len(examples)), key=lambda i: (-len(examples[i]["input_ids"]), i))
+    bins: list[list[int]] = []
+    free: list[tuple[int, int]] = []  # sorted (space left, bin index)
+    for i in order:
+        n = len(examples[i]["input_ids"])
+        if n > seq_len:
+            raise ValueError(f"example {i} has {n} tokens, more than seq_len {seq_len}")
+        if n == 0:
+            continue
+        at = bisect.bisect_left(free, (n, -1))
+        if at < len(free):
+            space, b = free.pop(at)
+        else:
+            space, b = seq_len, len(bins)
+            bins.append([])
+        bins[b].append(i)
+        if space - n > 0:
+            bisect.insort(free, (space - n, b))
+    return [_join([examples[i] for i in members]) for members in bins]
+
+
+def _join(samples: list[dict[str, Any]]) -> dict[str, list[int]]:
+    row: dict[str, list[int]] = {"input_ids": [], "labels": [], "position_ids": []}
+    for s in samples:
+        ids = list(s["input_ids"])
+        labels = list(s["labels"])
+        labels[0] = IGNORE
+        row["input_ids"] += ids
+        row["labels"] += labels
+        row["position_ids"] += list(range(len(ids)))
+    return row
+
+
+@dataclass(frozen=True)
+class PackedCollator:
+    """Packed rows -> tensors with position_ids and no attention_mask.
+
+    flatten=True (default): the whole micro-batch becomes one row [1, total] (works with every
+    implementation in PACKING_ATTENTION). flatten=False: one row per packed row, right-padded to
+    the longest with ``pad_id``; the padding is its own "sample" (positions restart at 0, labels
+    -100), so no real token attends to it (eager/sdpa/flex only, not flash attention).
+    """
+
+    pad_id: int
+    flatten: bool = True
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        keys = ("input_ids", "labels", "position_ids")
+        if self.flatten:
+            return {k: torch.tensor([sum((list(r[k]) for r in rows), [])]) for k in keys}
+        longest = max(len(r["input_ids"]) for r in rows)
+        out: dict[str, list[list[int]]] = {k: [] for k in keys}
+        for r in rows:
+            gap = longest - len(r["input_ids"])
+            out["input_ids"].append(list(r["input_ids"]) + [self.pad_id] * gap)
+            out["labels"].append(list(r["labels"]) + [IGNORE] * gap)
+            out["position_ids"].append(list(r["position_ids"]) + list(range(gap)))
+        return {k: torch.tensor(v) for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class PadCollator:
+    """Unpacked examples -> right-padded tensors with an attention_mask; labels -100 on padding."""
+
+    pad_id: int
+    pad_to_multiple_of: int = 1
+    """1 = pad to the longest only; 8 or 64 suit tensor cores at the cost of a few pad tokens."""
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        longest = max(len(e["input_ids"]) for e in examples)
+        m = max(1, self.pad_to_multiple_of)
+        longest = -(-longest // m) * m
+        ids, labels, mask = [], [], []
+        for e in examples:
+            n = len(e["input_ids"])
+            ids.append(list(e["input_ids"]) + [self.pad_id] * (longest - n))
+            labels.append(list(e["labels"]) + [IGNORE] * (longest - n))
+            mask.append([1] * n + [0] * (longest - n))
+        return {
+            "input_ids": torch.tensor(ids),
+            "labels": torch.tensor(labels),
+            "attention_mask": torch.tensor(mask),
+        }
+
+
+def packing_supported(model: Any) -> tuple[bool, str]:
+    """Whether ``model`` keeps packed samples apart; the reason either way (for the run log)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT
+    impl = getattr(getattr(base, "config", None), "_attn_implementation", None)
+    if impl not in PACKING_ATTENTION:
+        return False, f"attention {impl!r} does not separate packed samples"
+    module = sys.modules.get(type(base).__module__)
+    if module is None or not hasattr(module, "create_causal_mask"):
+        return (
+            False,
+            f"{type(base).__name__} does not build its mask with transformers' masking_utils",
+        )
+    return True, f"attention {impl!r} separates samples by position_ids"

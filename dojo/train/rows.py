@@ -1,0 +1,216 @@
+"""Read local conversation files row by row, with ``file:line`` for every problem. Pure (stdlib).
+
+API (used by the launcher's preflight before launch, and by the worker through dojo.train.data):
+
+    read_rows(paths: list[str], *, template=None) -> RowsReport
+        .rows          list of (source "file:line", messages)   valid rows, in file order
+        .bad           list of (source, reason)                 skipped rows, never padded
+        .format_counts {"messages": n, "sharegpt": n, "alpaca": n}
+        .passthrough   Hub dataset names and .parquet files, left to the worker (dojo.train.data)
+
+Raises DataError (one line, naming the path) for a missing path, a folder, an empty or binary file,
+an unsupported extension and malformed JSON (with its line). A row that parses but is not a usable
+conversation (unknown format, missing fields, wrong roles, empty, no assistant text) is a *bad
+row*: reported with its line and skipped. With ``template`` each row is also rendered once and a
+row the template refuses (e.g. roles that do not alternate) is a bad row too.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dojo.conversation import FORMATS, Message, to_messages
+from dojo.errors import DataError, DojoError
+
+ROW_SUFFIXES = (".jsonl", ".ndjson", ".json")
+"""Read here. .json holds one array of records, one record, or (as `datasets` accepts) JSON lines."""
+PASSTHROUGH_SUFFIXES = (".parquet",)
+"""Read by the worker with `datasets` (pyarrow is not stdlib)."""
+_SNIFF_BYTES = 8192  # a NUL byte in the first 8 KiB means binary, as git and grep decide
+
+
+@dataclass(frozen=True)
+class RowsReport:
+    rows: list[tuple[str, list[Message]]] = field(default_factory=list)
+    bad: list[tuple[str, str]] = field(default_factory=list)
+    format_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FORMATS, 0))
+    passthrough: list[str] = field(default_factory=list)
+
+    def summary(self, limit: int = 5) -> str:
+        """One line for the user, plus the first ``limit`` bad rows."""
+        fmts = ", ".join(f"{k} {v}" for k, v in self.format_counts.items() if v)
+        lines = [f"{len(self.rows)} valid rows ({fmts or 'none'}), {len(self.bad)} bad"]
+        lines += [f"  skipped {src}: {why}" for src, why in self.bad[:limit]]
+        if len(self.bad) > limit:
+            lines.append(f"  ... and {len(self.bad) - limit} more bad rows")
+        return "\n".join(lines)
+
+
+def is_hub_name(ref: str) -> bool:
+    """'owner/name' that is not a local path: a Hub dataset id for the worker."""
+    p = Path(ref).expanduser()
+    return (
+        not p.exists()
+        and ref.count("/") == 1
+        and not ref.startswith((".", "/", "~"))
+        and not ref.endswith(ROW_SUFFIXES + PASSTHROUGH_SUFFIXES)
+    )
+
+
+def read_rows(paths: list[str], *, template: Any = None) -> RowsReport:
+    """Every row of every local file (see module docstring)."""
+    report = RowsReport()
+    if not paths:
+        raise DataError("--data: no data file given", hint="pass --data FILE.jsonl (or a Hub id)")
+    for ref in paths:
+        if is_hub_name(ref):
+            report.passthrough.append(ref)
+            continue
+        path = _check_file(ref)
+        if path.suffix.lower() in PASSTHROUGH_SUFFIXES:
+            report.passthrough.append(ref)
+            continue
+        for source, record in _records(path, ref):
+            _add(report, source, record, template)
+    return report
+
+
+def validate_record(record: Any) -> tuple[str, list[Message]]:
+    """(format, messages) for a usable conversation; DataError saying why not."""
+    fmt, messages = to_messages(record)
+    replies = [m for m in messages if m["role"] == "assistant"]
+    if not replies:
+        raise DataError("no assistant turn: nothing to train on")
+    if not any(_has_text(m.get("content")) for m in replies):
+        raise DataError("every assistant turn is empty: nothing to train on")
+    return fmt, messages
+
+
+def _add(report: RowsReport, source: str, record: Any, template: Any) -> None:
+    try:
+        fmt, messages = validate_record(record)
+        if template is not None:
+            _render_check(template, messages)
+    except DojoError as e:
+        report.bad.append((source, e.message))
+        return
+    report.format_counts[fmt] += 1
+    report.rows.append((source, messages))
+
+
+def _render_check(template: Any, messages: list[Message]) -> None:
+    from dojo.chat_template import span_report  # jinja2 stays out of plain imports
+
+    spans = span_report(template, messages)
+    if not spans.spans:
+        raise DataError("the chat template dropped every assistant reply")
+
+
+def _has_text(content: Any) -> bool:
+    if isinstance(content, str):
+        return bool(content.strip())
+    if isinstance(content, list):
+        return any(isinstance(b, dict) and str(b.get("text", "")).strip() for b in content)
+    return False
+
+
+def _check_file(ref: str) -> Path:
+    path = Path(ref).expanduser()
+    if not path.exists():
+        raise DataError(f"--data {ref}: no such file", hint="check the path (or give a Hub id)")
+    if path.is_dir():
+        raise DataError(
+            f"--data {ref} is a folder", hint="pass the data files inside it: --data DIR/*.jsonl"
+        )
+    suffix = path.suffix.lower()
+    if suffix not in ROW_SUFFIXES + PASSTHROUGH_SUFFIXES:
+        raise DataError(
+            f"--data {ref}: unsupported file type {suffix or '(no extension)'!r}",
+            hint="use .jsonl (one conversation per line), .json or .parquet",
+        )
+    return path
+
+
+def _read_text(path: Path, ref: str) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"--data {ref}: cannot read: {e.strerror}") from e
+    if not raw.strip():
+        raise DataError(f"--data {ref} is empty", hint="it needs one conversation per line")
+    if b"\x00" in raw[:_SNIFF_BYTES]:
+        raise DataError(f"--data {ref} is a binary file, not JSON", hint="use .jsonl or .json")
+    try:
+        return raw.decode("utf-8-sig")  # a UTF-8 BOM from Windows editors is fine
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"--data {ref}: not UTF-8 text (byte {e.start})", hint="save the file as UTF-8"
+        ) from e
+
+
+def _records(path: Path, ref: str) -> list[tuple[str, Any]]:
+    text = _read_text(path, ref)
+    name = str(ref)
+    if path.suffix.lower() == ".json":
+        first = text.lstrip()[:1]
+        if first == "[":
+            return _json_array(text, name)
+        try:
+            return [(f"{name}:{_line_of(text, len(text) - len(text.lstrip()))}", json.loads(text))]
+        except json.JSONDecodeError:
+            pass  # not one document: maybe JSON lines named .json
+    return _json_lines(text, name)
+
+
+def _json_lines(text: str, name: str) -> list[tuple[str, Any]]:
+    out = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((f"{name}:{n}", json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise DataError(
+                f"--data {name}:{n}: not valid JSON ({e.msg}, column {e.colno})",
+                hint="each line must hold one JSON object",
+            ) from e
+    return out
+
+
+def _json_array(text: str, name: str) -> list[tuple[str, Any]]:
+    """Elements of a top-level array, each with the line it starts on."""
+    decoder = json.JSONDecoder()
+    pos = text.index("[") + 1
+    out: list[tuple[str, Any]] = []
+    try:
+        while True:
+            pos = _skip_ws(text, pos)
+            if text.startswith("]", pos):
+                break
+            value, end = decoder.raw_decode(text, pos)
+            out.append((f"{name}:{_line_of(text, pos)}", value))
+            pos = _skip_ws(text, end)
+            if text.startswith(",", pos):
+                pos += 1
+            elif not text.startswith("]", pos):
+                raise json.JSONDecodeError("expected ',' or ']'", text, pos)
+    except json.JSONDecodeError as e:
+        raise DataError(
+            f"--data {name}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno})",
+            hint="the file must hold one JSON array of conversations",
+        ) from e
+    if text[pos + 1 :].strip():
+        line = _line_of(text, pos + 1)
+        raise DataError(f"--data {name}:{line}: not valid JSON (extra data after the array)")
+    return out
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1

@@ -1,0 +1,231 @@
+"""`dojo train` from flags to exit code: resolve, preflight, write train.json + ds_config.json, launch.
+
+Nothing is written before every check passed; ``--dry-run`` writes nothing and launches nothing.
+"""
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from dojo import _io, _output
+from dojo.errors import LaunchError
+from dojo.train import checkpoints, launch, preflight
+from dojo.train import config as train_config
+from dojo.train.config import TrainConfig
+from dojo.train.preflight import Plan
+
+
+def resolve(config_path: Path | None, flags: dict[str, Any]) -> TrainConfig:
+    file_values = train_config.load(config_path) if config_path is not None else {}
+    return train_config.check(train_config.merge(file_values, flags))
+
+
+def plan(cfg: TrainConfig, *, force: bool, present: list[Any] | None = None) -> Plan:
+    """Every check, cheapest first; raises one DojoError on the first failure."""
+    devices = preflight.resolve_devices(cfg, present)
+    preflight.check_extras(cfg, devices)
+    precision = preflight.resolve_precision(cfg, devices)
+    kind, spec = preflight.resolve_model(cfg)
+    preflight.check_template(cfg)
+    data = cfg.data or preflight.default_data()
+    data_info = preflight.check_data(cfg, data)
+    preflight.check_output(cfg, spec, force=force)
+    resume_from = preflight.check_resume(cfg, devices)
+    est, notes = fit_check(cfg, devices, spec, present, force=force)
+    notes.append("data: " + data_info["summary"])  # valid/bad counts, first bad rows with line
+    if cfg.trust_remote_code:
+        notes.append("warning: --trust-remote-code is ON: the model's own Python code will run")
+    return Plan(
+        cfg, devices, precision, kind, spec, tuple(data), data_info, resume_from, est, tuple(notes)
+    )
+
+
+def fit_check(
+    cfg: TrainConfig, devices: launch.Devices, spec: Any, present: list[Any] | None, *, force: bool
+) -> tuple[Any, list[str]]:
+    """dojo estimate for this exact run; on GPUs that it does not fit: the table and a stop."""
+    from dojo import estimate as est_mod
+    from dojo.gpus import list_gpus
+
+    notes: list[str] = []
+    if spec is None or not hasattr(est_mod, "estimate"):
+        return None, notes
+    gpu_mem = None
+    if devices.kind == "cuda":
+        found = list_gpus() if present is None else present
+        mems = [g.memory_gib for g in found if g.index in devices.ids]
+        gpu_mem = min(mems) if mems else None
+    setup = est_mod.Setup(
+        stage=cfg.zero_stage,
+        method=cfg.method,  # type: ignore[arg-type]
+        num_gpus=max(1, devices.world_size),
+        num_nodes=cfg.num_nodes or 1,
+        offload_optimizer=cfg.offload,  # type: ignore[arg-type]
+        offload_param=cfg.offload_param,  # type: ignore[arg-type]
+        micro_batch=cfg.micro_batch,
+        seq_len=cfg.seq_len,
+        grad_ckpt=cfg.grad_ckpt,
+        lora_rank=cfg.lora_r,
+        lora_dropout=cfg.lora_dropout,
+        gpu_memory_gib=gpu_mem,
+    )
+    est = est_mod.estimate(spec, setup)
+    if devices.kind == "cuda" and est.fits is False:
+        table = _estimate_table(est)
+        msg = f"this run needs about {est.gpu_total_gib:.1f} GiB per GPU, the GPUs have {gpu_mem:.1f} GiB"
+        hint = "try " + "; ".join(_suggestions(cfg)) + "; or pass --force to launch anyway"
+        if not force:
+            _output.info(table)
+            raise LaunchError(msg, hint=hint)
+        notes.append(f"warning: {msg}; launching anyway (--force)")
+    return est, notes
+
+
+def _estimate_table(est: Any) -> str:
+    from dojo import estimate_table
+
+    return estimate_table.render_plain([est])
+
+
+def _suggestions(cfg: TrainConfig) -> list[str]:
+    out = []
+    if cfg.zero_stage < 3:
+        out.append(f"--zero {cfg.zero_stage + 1}")
+    if cfg.offload == "none" and cfg.zero_stage > 0:
+        out.append("--offload cpu")
+    if not cfg.grad_ckpt:
+        out.append("--grad-ckpt")
+    if cfg.micro_batch > 1:
+        out.append(f"--micro-batch {max(1, cfg.micro_batch // 2)}")
+    if cfg.method == "full":
+        out.append("--method lora")
+    return out
+
+
+def build_ds_config(cfg: TrainConfig, spec: Any) -> dict[str, Any]:
+    from dojo.zero import ZeroConfig, build_ds_config
+
+    zc = ZeroConfig(
+        stage=cfg.zero_stage,
+        offload=cfg.offload,
+        offload_param=cfg.offload_param if cfg.zero_stage == 3 else None,
+        optimizer=cfg.optimizer,
+        scheduler=cfg.scheduler,
+        precision="auto",  # TrainingArguments bf16/fp16 decide (the worker sets them)
+        hidden_size=getattr(spec, "hidden_size", None),
+    )
+    return build_ds_config(zc)
+
+
+def hf_optim(p: Plan) -> str:
+    # Fused AdamW is the transformers 5.24 default on CUDA; the plain loop is the safe CPU one.
+    return "adamw_torch_fused" if p.devices.kind == "cuda" else "adamw_torch"
+
+
+def run_record(p: Plan, run_dir: Path, tokenizer_path: str, model_path: str) -> dict[str, Any]:
+    """train.json: the resolved config plus what the launcher decided (devices, paths, estimate)."""
+    cfg = p.cfg
+    return {
+        **train_config.to_dict(cfg),
+        "data": list(p.data_paths),
+        "run_dir": str(run_dir),
+        "output_dir": str(run_dir),
+        "ds_config": str(run_dir / "ds_config.json"),
+        "device": p.devices.kind,
+        "world_size": p.devices.world_size * (cfg.num_nodes or 1),
+        "precision_resolved": p.precision,
+        "lr_resolved": cfg.resolved_lr(),
+        "hf_optim": hf_optim(p),
+        "model_kind": p.model_kind,
+        "model_path": model_path,
+        "tokenizer_path": tokenizer_path,
+        "resume_from": p.resume_from,
+        "estimated_gpu_gib": p.estimated_gpu_gib,
+        "tensorboard": _has("tensorboard"),
+    }
+
+
+def _has(mod: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(mod) is not None
+
+
+def main(config_path: Path | None, flags: dict[str, Any], *, force: bool, dry_run: bool) -> int:
+    cfg = resolve(config_path, flags)
+    p = plan(cfg, force=force)
+    run_dir = Path(cfg.output_dir).resolve()
+    ds = build_ds_config(cfg, p.spec)
+    from dojo.zero_explain import explain_optim_sched
+
+    port = cfg.master_port or launch.free_port()
+    cmd = launch.build_command(cfg, run_dir, p.devices, port)
+    env = launch.launch_env(p.devices)
+    for line in p.notes:
+        _output.info(line)
+    for line in explain_optim_sched(ds, hf_optim(p), "linear"):
+        _output.info(line)
+    where = (
+        f"{p.devices.world_size} CPU process(es)"
+        if p.devices.kind == "cpu"
+        else (f"GPUs {','.join(map(str, p.devices.ids))}" if p.devices.ids else "hostfile slots")
+    )
+    est = (
+        f", estimate {p.estimated_gpu_gib:.2f} GiB per GPU"
+        if p.estimated_gpu_gib is not None
+        else ""
+    )
+    _output.info(f"dojo train: {cfg.method}, ZeRO-{cfg.zero_stage}, {where}, {p.precision}{est}")
+    if dry_run:
+        model_path = cfg.model or str(run_dir / "tiny-model")
+        record = run_record(p, run_dir, model_path, model_path)
+        _output.echo(launch.format_command(cmd, env if p.devices.kind == "cpu" else None))
+        _output.echo(_output.dumps({"train": record, "ds_config": ds}))
+        return 0
+    model_path, tokenizer_path = _prepare_model(p, run_dir)
+    record = run_record(p, run_dir, tokenizer_path, model_path)
+    _write_run_files(run_dir, record, ds, force=force or cfg.resume)
+    _output.info(f"run config: {run_dir / 'train.json'}")
+    _output.info(f"deepspeed config: {run_dir / 'ds_config.json'}")
+    if p.resume_from:
+        _output.info(f"resuming from {p.resume_from}")
+    _output.info("launch: " + launch.format_command(cmd, env if p.devices.kind == "cpu" else None))
+    rc = launch.run(cmd, env)
+    if rc == 130:
+        _output.info("interrupted: every process of the run was stopped")
+    elif rc != 0:
+        _output.error(
+            f"training failed (launcher exit code {rc})",
+            f"see the rank output above; complete checkpoints in {run_dir} can be continued with --resume",
+        )
+    else:
+        _output.info(f"done: {run_dir / 'dojo_summary.json'}")
+    return rc
+
+
+def _prepare_model(p: Plan, run_dir: Path) -> tuple[str, str]:
+    """(model path, tokenizer path); the tiny default is written into the run folder."""
+    if p.model_kind != "tiny":
+        model = str(p.cfg.model)
+        ref = str(Path(model).expanduser().resolve()) if p.model_kind == "local" else model
+        return ref, ref
+    from dojo.train.tiny import materialize_tiny_model
+
+    folder = run_dir / "tiny-model"
+    if not (folder / "config.json").is_file():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        materialize_tiny_model(folder)
+    return str(folder), str(folder)
+
+
+def _write_run_files(
+    run_dir: Path, record: dict[str, Any], ds: dict[str, Any], *, force: bool
+) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if force and not record["resume"]:
+        # Starting over in the same folder: stale checkpoints would be taken by a later --resume.
+        for _, path, _ in checkpoints.list_checkpoints(run_dir):
+            shutil.rmtree(path, ignore_errors=True)
+    _io.write_text_atomic(run_dir / "train.json", json.dumps(record, indent=2) + "\n", force=True)
+    _io.write_text_atomic(run_dir / "ds_config.json", json.dumps(ds, indent=2) + "\n", force=True)

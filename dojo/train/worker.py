@@ -1,0 +1,292 @@
+"""The training process the DeepSpeed launcher starts once per rank (torchtune's recipe_main).
+
+THE module that imports torch / transformers / peft / deepspeed / bitsandbytes. It reads the
+resolved run config the parent wrote (``run_dir/train.json``), trains with the HF Trainer and
+``TrainingArguments(deepspeed=run_dir/ds_config.json)``, saves, and writes ``dojo_summary.json``.
+
+    python -m deepspeed.launcher.runner --include localhost:0 --master_port 29500 \
+        --module dojo.train.worker --config runs/dojo/train.json
+"""
+
+import argparse
+import json
+import os
+import socket
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+from transformers.trainer_callback import PrinterCallback
+
+from dojo.train import worker_data
+from dojo.train.worker_callbacks import (
+    CheckpointMarker,
+    Measures,
+    Progress,
+    barrier,
+    is_rank0,
+    print0,
+)
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+INIT_DIR = "init-weights"
+"""Seeded random weights for a model folder without weights (the bundled tiny model)."""
+
+
+def load_run(path: str) -> dict[str, Any]:
+    run: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+    return run
+
+
+def has_weights(folder: str | Path) -> bool:
+    p = Path(folder)
+    return p.is_dir() and any(p.glob("*.safetensors"))
+
+
+def materialize_random_weights(run: dict[str, Any]) -> str:
+    """Model folder without weights -> seeded random weights saved once per node (local rank 0)
+    as safetensors, so every path (ZeRO-3, QLoRA, --merge) loads with from_pretrained."""
+    src = run["model_path"]
+    if has_weights(src) or not Path(src).is_dir():
+        return str(src)  # a Hub id, or a folder with weights
+    out = Path(run["run_dir"]) / INIT_DIR
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0 and not has_weights(out):
+        torch.manual_seed(run["seed"])
+        config = AutoConfig.from_pretrained(src, trust_remote_code=run["trust_remote_code"])
+        dtype = _DTYPES[run["precision_resolved"]]
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
+        tmp = out.with_name(f".{INIT_DIR}.{socket.gethostname()}.{os.getpid()}")
+        model.save_pretrained(tmp, safe_serialization=True)
+        config.save_pretrained(tmp)
+        os.replace(tmp, out)  # the other ranks wait for the final name: never a half folder
+        print0(f"random weights (seed {run['seed']}) written to {out}")
+    deadline = time.monotonic() + 1800
+    while not has_weights(out):  # the launcher kills us if local rank 0 fails
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {out}")
+        time.sleep(0.5)
+    return str(out)
+
+
+def allow_deepspeed_on_cpu() -> None:
+    """Let accelerate run DeepSpeed on DeepSpeed's CPU accelerator (gloo).
+
+    accelerate 1.15 ``PartialState._prepare_backend`` picks a backend only for a device it knows
+    (cuda, xpu, npu, ...) unless ``cpu=True``, and ``cpu=True`` turns DeepSpeed off; with neither,
+    a CPU rank gets "no distributed" and a world size of 1. Here a launched CPU rank gets gloo /
+    MULTI_CPU, after which accelerate's own DeepSpeed path (deepspeed.init_distributed) runs.
+    """
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType
+
+    original = PartialState._prepare_backend
+
+    def prepare(
+        self: Any, cpu: bool = False, sagemaker_dp: bool = False, backend: Any = None
+    ) -> Any:
+        found, kind = original(self, cpu, sagemaker_dp, backend)
+        if kind == DistributedType.NO and os.environ.get("LOCAL_RANK") is not None:
+            return "gloo", DistributedType.MULTI_CPU
+        return found, kind
+
+    PartialState._prepare_backend = prepare
+
+
+def build_training_args(run: dict[str, Any]) -> TrainingArguments:
+    """Before the model: with ZeRO-3 this arms zero.Init so weights load already sharded."""
+    prec = run["precision_resolved"]
+    save = run["save_steps"] > 0
+    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(run["output_dir"]) / "tensorboard"))
+    return TrainingArguments(
+        output_dir=run["output_dir"],
+        per_device_train_batch_size=run["micro_batch"],
+        gradient_accumulation_steps=run["grad_accum"],
+        learning_rate=run["lr_resolved"],
+        num_train_epochs=run["epochs"],
+        max_steps=run["max_steps"] if run["max_steps"] is not None else -1,
+        warmup_steps=run["warmup_steps"],
+        # "linear" = warmup then linear decay to 0, the same shape as DeepSpeed's WarmupDecayLR,
+        # so --scheduler hf and ds give the same run.
+        lr_scheduler_type="linear",
+        optim=run["hf_optim"],
+        bf16=prec == "bf16",
+        fp16=prec == "fp16",
+        gradient_checkpointing=run["grad_ckpt"],
+        # Non-reentrant checkpointing works with frozen (LoRA) base weights and ZeRO-3.
+        gradient_checkpointing_kwargs={"use_reentrant": False} if run["grad_ckpt"] else None,
+        logging_steps=run["logging_steps"],
+        save_strategy="steps" if save else "no",
+        save_steps=run["save_steps"] if save else 500,
+        save_total_limit=run["save_total_limit"],
+        seed=run["seed"],
+        data_seed=run["seed"],
+        report_to=["tensorboard"] if run.get("tensorboard") else [],
+        disable_tqdm=True,  # dojo's own progress (rich bar / plain lines) on rank 0
+        deepspeed=run["ds_config"],
+        include_num_input_tokens_seen="non_padding",
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=run["device"] == "cuda",
+    )
+
+
+def load_model(run: dict[str, Any], weights: str) -> Any:
+    """Full / LoRA: weights in the compute dtype. QLoRA: NF4 + double quant (bitsandbytes)."""
+    dtype = _DTYPES[run["precision_resolved"]]
+    kw: dict[str, Any] = {"dtype": dtype, "trust_remote_code": run["trust_remote_code"]}
+    if run["method"] == "qlora":
+        from transformers import BitsAndBytesConfig
+
+        zero3 = run["zero_stage"] == 3
+        kw["quantization_config"] = BitsAndBytesConfig(  # type: ignore[no-untyped-call]
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=dtype,
+            # PEFT "DeepSpeed" guide: under ZeRO-3 the packed 4-bit weights must be stored in the
+            # compute dtype so ZeRO can shard them like any other parameter.
+            bnb_4bit_quant_storage=dtype if zero3 else torch.uint8,
+        )
+        if not zero3:
+            kw["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
+    model = AutoModelForCausalLM.from_pretrained(weights, use_safetensors=True, **kw)
+    model.config.use_cache = False  # the KV cache is useless in training and costs memory
+    if run["method"] == "qlora":
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(  # type: ignore[no-untyped-call]
+            model,
+            use_gradient_checkpointing=run["grad_ckpt"],
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
+    return model
+
+
+def apply_lora(model: Any, run: dict[str, Any]) -> Any:
+    """PEFT LoRA on every linear layer but the head (PEFT's "all-linear"), or the named ones."""
+    if run["method"] == "full":
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    targets = run["lora_targets"]
+    target_modules: str | list[str] = (
+        "all-linear" if targets == "all-linear" else [t.strip() for t in targets.split(",")]
+    )
+    cfg = LoraConfig(
+        r=run["lora_r"],
+        lora_alpha=run["lora_alpha"],
+        lora_dropout=run["lora_dropout"],
+        target_modules=target_modules,
+        task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(model, cfg)
+    if run["grad_ckpt"]:
+        model.enable_input_require_grads()
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    print0(f"LoRA r={run['lora_r']} alpha={run['lora_alpha']}: {trainable:,} trainable parameters")
+    return model
+
+
+def save(trainer: Trainer, tokenizer: Any, run: dict[str, Any], weights: str) -> None:
+    """ZeRO-3 gathers a 16-bit model (stage3_gather_16bit_weights_on_model_save); LoRA saves
+    the adapter; --merge also writes base + adapter merged (rank 0, reloaded from disk)."""
+    out = Path(run["output_dir"])
+    trainer.save_model(str(out))  # all ranks: ZeRO-3 gathers shards collectively
+    if is_rank0():
+        tokenizer.save_pretrained(str(out))
+    barrier()
+    if run["merge"] and is_rank0():
+        from peft import PeftModel
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+        # Training is over: a ZeRO-3 config still armed would make this rank-0-only load a
+        # sharded (collective) zero.Init and hang waiting for the other ranks.
+        unset_hf_deepspeed_config()
+
+        # Merge into full-precision base weights (never into 4-bit QLoRA weights: lossy).
+        dtype = _DTYPES[run["precision_resolved"]]
+        base = AutoModelForCausalLM.from_pretrained(
+            weights, dtype=dtype, trust_remote_code=run["trust_remote_code"], use_safetensors=True
+        )
+        merged = PeftModel.from_pretrained(base, str(out)).merge_and_unload()
+        merged.save_pretrained(str(out / "merged"), safe_serialization=True)
+        tokenizer.save_pretrained(str(out / "merged"))
+        print0(f"merged weights: {out / 'merged'}")
+    barrier()
+
+
+def write_summary(trainer: Trainer, measures: Measures, run: dict[str, Any]) -> None:
+    """OUTPUT/dojo_summary.json: measured beside estimated (issue 4), plus issue 5's extras."""
+    measured = measures.summary()  # every rank: all-reduces the GPU peaks
+    if not is_rank0():
+        return
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    summary = {
+        "steps": trainer.state.global_step,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "tokens_per_s": measured.pop("tokens_per_s"),
+        "peak_gpu_gib": measured.pop("peak_gpu_gib"),
+        "estimated_gpu_gib": run.get("estimated_gpu_gib"),
+        "world_size": run["world_size"],
+        "zero_stage": run["zero_stage"],
+        "method": run["method"],
+        **measured,
+        "resumed_from": run.get("resume_from"),
+        "data": run.get("data_report"),
+    }
+    path = Path(run["output_dir"]) / "dojo_summary.json"
+    tmp = path.with_name(".dojo_summary.json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+    print0(f"summary: {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="dojo.train.worker")
+    ap.add_argument("--config", required=True, help="run_dir/train.json written by `dojo train`")
+    args, _ = ap.parse_known_args(argv)  # the launcher adds --local_rank=N (LOCAL_RANK env too)
+    # Library deprecation notices (gradient_checkpointing naming, all_gather_into_tensor) are for
+    # dojo's developers, not its users; they would repeat once per rank.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars, once per rank
+    run = load_run(args.config)
+    weights = materialize_random_weights(run)
+    if run["device"] == "cpu":
+        allow_deepspeed_on_cpu()
+    training_args = build_training_args(run)
+    torch.manual_seed(run["seed"])
+    tokenizer = AutoTokenizer.from_pretrained(
+        run["tokenizer_path"], trust_remote_code=run["trust_remote_code"]
+    )
+    model = apply_lora(load_model(run, weights), run)
+    dataset, collator, report = worker_data.build(run, tokenizer, model)
+    run["data_report"] = report
+    measures = Measures()
+    meta = {
+        "world_size": run["world_size"],
+        "zero_stage": run["zero_stage"],
+        "method": run["method"],
+    }
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
+        callbacks=[Progress(), CheckpointMarker(meta), measures],
+    )
+    trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; Progress replaces it
+    trainer.train(resume_from_checkpoint=run.get("resume_from"))
+    save(trainer, tokenizer, run, weights)
+    write_summary(trainer, measures, run)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,162 @@
+"""Trainer callbacks of the worker: progress on rank 0, complete-checkpoint markers, run measures.
+
+Imported only by dojo.train.worker (inside the launched ranks), so torch may be imported here.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from transformers import TrainerCallback
+
+from dojo.train.checkpoints import MARKER
+
+GIB = 1024**3
+
+
+def is_rank0() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def print0(text: str) -> None:
+    """One line on stderr from rank 0 only (nanochat's print0)."""
+    if is_rank0():
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+def barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class Progress(TrainerCallback):
+    """Loss, lr and tokens/s on rank 0: a rich bar on a terminal, plain lines otherwise."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+        self._t0 = 0.0
+        self._tok0 = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self._t0, self._tok0 = time.perf_counter(), state.num_input_tokens_seen
+        if is_rank0() and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as Bar
+
+            cols = (TextColumn("train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+            self._bar = Bar(*cols, TextColumn("{task.fields[info]}"), console=Console(stderr=True))
+            self._bar.start()
+            self._task = self._bar.add_task("train", total=state.max_steps, info="")
+            self._bar.update(self._task, completed=state.global_step)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+        if not is_rank0() or not logs or "loss" not in logs:
+            return
+        dt = max(time.perf_counter() - self._t0, 1e-9)
+        tps = (state.num_input_tokens_seen - self._tok0) / dt
+        info = f"loss {logs['loss']:.4f}  lr {logs.get('learning_rate', 0.0):.2e}  tok/s {tps:,.0f}"
+        if self._bar is not None:
+            self._bar.update(self._task, completed=state.global_step, info=info)
+        else:
+            print0(f"step {state.global_step}/{state.max_steps}  {info}")
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=state.global_step)
+            self._bar.stop()
+
+
+class CheckpointMarker(TrainerCallback):
+    """After every rank finished checkpoint-N, rank 0 writes its marker: then it counts as done."""
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        self.meta = meta
+
+    def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        barrier()  # every rank's ZeRO shard is on disk before the checkpoint is declared done
+        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if is_rank0() and path.is_dir():
+            _write_json_atomic(path / MARKER, {**self.meta, "step": state.global_step})
+        barrier()
+
+
+class Measures(TrainerCallback):
+    """Tokens/s and peak GPU memory, the whole run and after step 1 (issue 5 compares both)."""
+
+    def __init__(self) -> None:
+        self.t_begin = 0.0
+        self.t_step1 = 0.0
+        self.t_end = 0.0
+        self.tok_begin = 0
+        self.tok_step1 = 0
+        self.tok_end = 0
+        self.steps_run = 0
+        self.peak_total: dict[str, float] = {}
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.t_begin, self.tok_begin = time.perf_counter(), state.num_input_tokens_seen
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.steps_run += 1
+        if self.steps_run == 1:
+            self.t_step1, self.tok_step1 = time.perf_counter(), state.num_input_tokens_seen
+            if torch.cuda.is_available():
+                # Peak of the whole run so far, then restart the counters: later steps are
+                # the steady state the estimate predicts (step 1 adds one-time allocations).
+                self.peak_total = _cuda_peaks()
+                torch.cuda.reset_peak_memory_stats()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.t_end, self.tok_end = time.perf_counter(), state.num_input_tokens_seen
+
+    def summary(self) -> dict[str, Any]:
+        """Measured numbers (peaks = max over ranks); call on every rank (it all-reduces)."""
+        run_s = max(self.t_end - self.t_begin, 1e-9)
+        out: dict[str, Any] = {
+            "tokens_per_s": (self.tok_end - self.tok_begin) / run_s,
+            "tokens_per_s_after_step1": None,
+            "train_seconds": run_s,
+            "tokens": self.tok_end - self.tok_begin,
+        }
+        if self.steps_run > 1 and self.t_end > self.t_step1:
+            out["tokens_per_s_after_step1"] = (self.tok_end - self.tok_step1) / (
+                self.t_end - self.t_step1
+            )
+        keys = (
+            "peak_gpu_gib",
+            "peak_allocated_gib",
+            "peak_reserved_gib_after_step1",
+            "peak_allocated_gib_after_step1",
+        )
+        if not torch.cuda.is_available():
+            return {**out, **dict.fromkeys(keys)}
+        after = _cuda_peaks()
+        total = {k: max(self.peak_total.get(k, 0.0), after[k]) for k in after}
+        vals = torch.tensor(
+            [total["reserved"], total["allocated"], after["reserved"], after["allocated"]],
+            device="cuda",
+        )
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(vals, op=dist.ReduceOp.MAX)
+        return {**out, **dict(zip(keys, (round(v / GIB, 3) for v in vals.tolist()), strict=True))}
+
+
+def _cuda_peaks() -> dict[str, float]:
+    return {
+        "reserved": float(torch.cuda.max_memory_reserved()),
+        "allocated": float(torch.cuda.max_memory_allocated()),
+    }

@@ -1,0 +1,135 @@
+"""`dojo train` through the real CLI: dry run, and each bad input as one line before any launch."""
+
+import json
+from pathlib import Path
+from typing import Any
+from unittest.mock import patch
+
+import pytest
+
+from dojo.gpus import Gpu
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": False,
+}
+H200 = [Gpu(0, "NVIDIA H200", 139.8), Gpu(1, "NVIDIA H200", 139.8)]
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(TINY_LLAMA))
+    return d
+
+
+@pytest.fixture
+def no_launch() -> Any:
+    with patch("dojo.train.launch.run", side_effect=AssertionError("launched")) as m:
+        yield m
+
+
+def _gpus(found: list[Gpu]) -> Any:
+    return patch("dojo.gpus.list_gpus", return_value=found)
+
+
+def test_dry_run_prints_command_and_config(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
+    out = tmp_path / "run dir"
+    with _gpus(H200):
+        r = cli(
+            "train", "--model", str(model_dir), "--data", "org/chats", "--gpus", "1",
+            "--output-dir", str(out), "--zero", "3", "--method", "full", "--master-port", "29999",
+            "--dry-run",
+        )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    first, rest = r.stdout.split("\n", 1)
+    assert first.endswith(
+        f"-m deepspeed.launcher.runner --include localhost:1 --master_port 29999 "
+        f"--module dojo.train.worker --config '{out.resolve()}/train.json'"
+    )
+    doc = json.loads(rest)
+    assert doc["train"]["zero_stage"] == 3 and doc["train"]["method"] == "full"
+    assert doc["train"]["world_size"] == 1 and doc["train"]["precision_resolved"] == "bf16"
+    zero = doc["ds_config"]["zero_optimization"]
+    assert zero["stage"] == 3 and zero["stage3_gather_16bit_weights_on_model_save"] is True
+    assert zero["reduce_bucket_size"] == 64 * 64  # "auto" resolved from the model's hidden size
+    assert "optimizer:" in r.stderr  # which optimizer/scheduler is in effect is said before launch
+    assert not out.exists()  # a dry run writes nothing
+
+
+def test_dry_run_cpu_processes(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
+    with _gpus([]):
+        r = cli(
+            "train", "--model", str(model_dir), "--data", "org/chats", "--nproc", "2",
+            "--output-dir", str(tmp_path / "o"), "--dry-run",
+        )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("DS_ACCELERATOR=cpu LOCAL_SIZE=2 ")
+    assert "--include localhost:0,1" in first
+    assert json.loads(r.stdout.split("\n", 1)[1])["train"]["precision_resolved"] == "fp32"
+
+
+def test_config_file_and_flag_precedence(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model: {model_dir}\ndata: org/chats\nzero_stage: 3\nlr: 3e-4\nseq_len: 256\n")
+    with _gpus(H200):
+        r = cli("train", "-c", str(run), "--zero", "1", "-o", str(tmp_path / "o"), "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    train = json.loads(r.stdout.split("\n", 1)[1])["train"]
+    assert (train["zero_stage"], train["lr"], train["seq_len"]) == (1, 3e-4, 256)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpus", "0,5"], "error: --gpus '0,5': GPU 5 does not exist"),
+        (["--gpus", "0,0"], "error: --gpus '0,0': GPU 0 is listed twice"),
+        (["--model", "./does-not-exist"], "error: --model ./does-not-exist: no such folder"),
+        (["--zero", "5"], "error: --zero 5: must be an integer 0..3"),
+        (["--method", "qlora", "--nproc", "1"], "error: --method qlora needs an NVIDIA GPU"),
+        (["--offload-param", "cpu"], "error: --offload-param cpu needs --zero 3"),
+        (["--resume"], "error: --resume: no complete checkpoint in --output-dir"),
+        (["--template", "chatmll"], "error: --template 'chatmll' is not a bundled template"),
+        (["--seq-len", "0"], "error: --seq-len 0: must be an integer 8..1048576"),
+    ],
+)
+def test_bad_input_one_line_nothing_launched(
+    cli, model_dir: Path, tmp_path: Path, no_launch, args: list[str], message: str
+) -> None:
+    out = tmp_path / "out"
+    base = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(out)]
+    if "--model" in args:
+        base = ["train", "--data", "org/chats", "-o", str(out)]
+    with _gpus(H200 if "--nproc" not in args else []):
+        r = cli(*base, *args)
+    assert r.exit_code == 1, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith(message), r.stderr
+    assert len(lines) == 2 and lines[1].startswith("hint: ")
+    assert "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_usage_error_is_exit_2(cli) -> None:
+    r = cli("train", "--micro-batch", "four")
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: ")
+
+
+def test_does_not_fit_stops_with_table(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
+    small = [Gpu(0, "tiny GPU", 0.01)]
+    with _gpus(small):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o"))
+    assert r.exit_code == 1
+    assert "GiB per GPU, the GPUs have 0.0 GiB" in r.stderr
+    assert "--force" in r.stderr.splitlines()[-1]

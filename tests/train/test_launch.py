@@ -1,0 +1,229 @@
+"""The launcher's argument list, its environment, and process-group handling (Ctrl-C, no orphans)."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dojo.errors import LaunchError
+from dojo.gpus import Gpu
+from dojo.train import checkpoints, launch, preflight
+from dojo.train.config import TrainConfig
+from dojo.train.launch import Devices
+
+PY = "/usr/bin/python3"
+H200 = [Gpu(i, "NVIDIA H200", 139.8) for i in range(4)]
+
+
+def cmd(cfg: TrainConfig, devices: Devices, port: int = 29555) -> list[str]:
+    return launch.build_command(cfg, "/runs/a b", devices, port, python=PY)
+
+
+def test_gpus_become_include() -> None:
+    assert cmd(TrainConfig(), Devices("cuda", (1, 3))) == [
+        PY, "-m", "deepspeed.launcher.runner",
+        "--include", "localhost:1,3",
+        "--master_port", "29555",
+        "--module", "dojo.train.worker",
+        "--config", "/runs/a b/train.json",
+    ]  # fmt: skip
+
+
+def test_cpu_processes_use_include_and_cpu_accelerator() -> None:
+    devices = Devices("cpu", (0, 1))
+    argv = cmd(TrainConfig(nproc=2), devices)
+    assert argv[3:5] == ["--include", "localhost:0,1"]
+    env = launch.launch_env(devices, base={"PATH": "/bin"})
+    assert env["DS_ACCELERATOR"] == "cpu" and env["LOCAL_SIZE"] == "2"
+    assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
+    assert "DS_ACCELERATOR" not in launch.launch_env(Devices("cuda", (0,)), base={})
+
+
+def test_hostfile_multinode() -> None:
+    cfg = TrainConfig(hostfile="/etc/hosts file", num_nodes=2, master_addr="10.0.0.1")
+    argv = cmd(cfg, Devices("cuda", ()))
+    assert argv[3:] == [
+        "--hostfile", "/etc/hosts file", "--num_nodes", "2", "--master_addr", "10.0.0.1",
+        "--master_port", "29555", "--module", "dojo.train.worker", "--config", "/runs/a b/train.json",
+    ]  # fmt: skip
+    assert "--include" not in argv
+
+
+def test_hostile_strings_stay_single_items() -> None:
+    evil = "/tmp/$(touch pwned); rm -rf ~"
+    argv = launch.build_command(TrainConfig(), evil, Devices("cuda", (0,)), 1234, python=PY)
+    assert argv[-1] == evil + "/train.json"
+    shown = launch.format_command(argv)
+    assert "'/tmp/$(touch pwned); rm -rf ~/train.json'" in shown
+
+
+def test_free_port_is_bindable() -> None:
+    import socket
+
+    port = launch.free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ("0,7", "--gpus '0,7': GPU 7 does not exist"),
+        ("0,0", "GPU 0 is listed twice"),
+        ("0, 1", "no spaces allowed"),
+        ("-1", "'-1' is not a GPU index"),
+        ("x", "'x' is not a GPU index"),
+    ],
+)
+def test_bad_gpus_refused(spec: str, needle: str) -> None:
+    with pytest.raises(LaunchError) as e:
+        preflight.resolve_devices(TrainConfig(gpus=spec), H200)
+    assert needle in e.value.message
+    if "spaces" not in needle:
+        assert "GPUs present: 0,1,2,3" in (e.value.hint or "")
+
+
+def test_devices_resolution() -> None:
+    assert preflight.resolve_devices(TrainConfig(gpus="all"), H200) == Devices("cuda", (0, 1, 2, 3))
+    assert preflight.resolve_devices(TrainConfig(gpus="2,0"), H200).ids == (0, 2)
+    assert preflight.resolve_devices(TrainConfig(), []) == Devices("cpu", (0,))
+    assert preflight.resolve_devices(TrainConfig(nproc=2), []) == Devices("cpu", (0, 1))
+    with pytest.raises(LaunchError, match="--gpus all: no NVIDIA GPU found"):
+        preflight.resolve_devices(TrainConfig(gpus="all"), [])
+    with pytest.raises(LaunchError, match="with --hostfile"):
+        preflight.resolve_devices(TrainConfig(gpus="0", hostfile="h"), H200)
+
+
+def test_qlora_needs_cuda() -> None:
+    with pytest.raises(LaunchError) as e:
+        preflight.check_extras(TrainConfig(method="qlora"), Devices("cpu", (0,)))
+    assert e.value.message == (
+        "--method qlora needs an NVIDIA GPU: bitsandbytes 4-bit kernels do not run on the CPU"
+    )
+
+
+def test_precision_resolution() -> None:
+    assert preflight.resolve_precision(TrainConfig(), Devices("cuda", (0,))) == "bf16"
+    assert preflight.resolve_precision(TrainConfig(), Devices("cpu", (0,))) == "fp32"
+    with pytest.raises(LaunchError, match="fp16 needs a GPU"):
+        preflight.resolve_precision(TrainConfig(precision="fp16"), Devices("cpu", (0,)))
+
+
+def _ckpt(root: Path, step: int, world: int | None) -> Path:
+    p = root / f"checkpoint-{step}"
+    p.mkdir(parents=True)
+    if world is not None:
+        (p / checkpoints.MARKER).write_text(json.dumps({"world_size": world, "step": step}))
+    return p
+
+
+def test_resume_takes_latest_complete_checkpoint(tmp_path: Path) -> None:
+    _ckpt(tmp_path, 5, 2)
+    ten = _ckpt(tmp_path, 10, 2)
+    _ckpt(tmp_path, 15, None)  # half-written: no marker
+    assert checkpoints.resume_point(tmp_path, 2) == ten
+    cfg = TrainConfig(output_dir=str(tmp_path), resume=True)
+    assert preflight.check_resume(cfg, Devices("cpu", (0, 1))) == str(ten)
+
+
+def test_resume_refuses_other_world_size(tmp_path: Path) -> None:
+    _ckpt(tmp_path, 10, 4)
+    with pytest.raises(LaunchError) as e:
+        checkpoints.resume_point(tmp_path, 2)
+    assert e.value.message == "--resume: checkpoint-10 was written by 4 processes, this run has 2"
+
+
+def test_resume_without_checkpoint(tmp_path: Path) -> None:
+    _ckpt(tmp_path, 3, None)
+    with pytest.raises(LaunchError) as e:
+        checkpoints.resume_point(tmp_path, 1)
+    assert e.value.message == (
+        f"--resume: no complete checkpoint in --output-dir {str(tmp_path)!r} (checkpoint-3 incomplete)"
+    )
+
+
+def test_output_dir_checks(tmp_path: Path) -> None:
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "train.json").write_text("{}")
+    cfg = TrainConfig(output_dir=str(tmp_path / "old"))
+    with pytest.raises(LaunchError, match="already holds files"):
+        preflight.check_output(cfg, None, force=False)
+    preflight.check_output(cfg, None, force=True)
+    preflight.check_output(dataclasses.replace(cfg, resume=True), None, force=False)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(LaunchError, match="is a file"):
+        preflight.check_output(TrainConfig(output_dir=str(tmp_path / "file")), None, force=False)
+
+
+def test_output_dir_needs_free_disk(tmp_path: Path) -> None:
+    from dojo.modelspec import resolve_model
+
+    spec = resolve_model("70b")  # full fine-tune checkpoints of 70B: ~2 TB, more than any tmp
+    cfg = TrainConfig(output_dir=str(tmp_path / "run"), method="full")
+    with pytest.raises(LaunchError, match="GiB free, this run writes about"):
+        preflight.check_output(cfg, spec, force=False)
+
+
+def test_unwritable_output_dir(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root can write anywhere")
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    with pytest.raises(LaunchError, match="is not writable"):
+        preflight.check_output(TrainConfig(output_dir=str(ro / "run")), None, force=False)
+
+
+# A stand-in launcher: a child that starts a grandchild, then both sleep. Run() must stop both.
+_FAKE = r"""
+import os, subprocess, sys, time
+g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+open(sys.argv[1], "w").write(f"{os.getpid()} {g.pid}")
+time.sleep(120)
+"""
+_WRAP = r"""
+import sys
+from dojo.train import launch
+rc = launch.run([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+sys.exit(rc)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_stops_whole_group_exit_130(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    wrap = subprocess.Popen([sys.executable, "-c", _WRAP, _FAKE, str(pids)])
+    try:
+        deadline = time.monotonic() + 20
+        while not (pids.exists() and pids.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child, grandchild = map(int, pids.read_text().split())
+        wrap.send_signal(signal.SIGINT)
+        assert wrap.wait(timeout=20) == 130
+        end = time.monotonic() + 5
+        while (_alive(child) or _alive(grandchild)) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not _alive(child) and not _alive(grandchild)
+    finally:
+        if wrap.poll() is None:
+            wrap.kill()
+
+
+def test_exit_code_is_forwarded() -> None:
+    assert launch.run([sys.executable, "-c", "import sys; sys.exit(7)"]) == 7
+    assert launch.run([sys.executable, "-c", "pass"]) == 0

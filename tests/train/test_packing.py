@@ -1,0 +1,149 @@
+"""Packing: rows within seq_len, positions restart per sample, no attention across samples."""
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dojo.train.packing import IGNORE, pack
+
+
+def make(lengths: list[int], start: int = 10) -> list[dict[str, list[int]]]:
+    out = []
+    for n_i, n in enumerate(lengths):
+        ids = [start + n_i * 100 + j for j in range(n)]  # unique ids: each token is traceable
+        out.append({"input_ids": ids, "labels": list(ids)})
+    return out
+
+
+def split_row(row: dict[str, list[int]]) -> list[list[int]]:
+    samples: list[list[int]] = []
+    for tok, pos in zip(row["input_ids"], row["position_ids"], strict=True):
+        if pos == 0:
+            samples.append([])
+        samples[-1].append(tok)
+    return samples
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 40), max_size=30), st.integers(40, 100))
+def test_pack_keeps_every_sample_whole(lengths: list[int], seq_len: int) -> None:
+    examples = make(lengths)
+    rows = pack(examples, seq_len)
+    seen = []
+    for row in rows:
+        assert 0 < len(row["input_ids"]) <= seq_len
+        assert len(row["labels"]) == len(row["input_ids"]) == len(row["position_ids"])
+        samples = split_row(row)
+        seen += samples
+        at = 0
+        for s in samples:
+            assert row["labels"][at] == IGNORE  # never trained to predict across a boundary
+            assert row["labels"][at + 1 : at + len(s)] == s[1:]
+            at += len(s)
+    assert sorted(map(tuple, seen)) == sorted(tuple(e["input_ids"]) for e in examples)
+
+
+def test_pack_fills_rows_best_fit() -> None:
+    rows = pack(make([5, 3, 7, 2, 8, 1]), 8)
+    assert [len(r["input_ids"]) for r in rows] == [8, 8, 8, 2]
+    assert sum(len(r["input_ids"]) for r in rows) == 26
+
+
+def test_pack_is_deterministic_and_refuses_long() -> None:
+    ex = make([3, 9, 4, 4, 1, 7])
+    assert pack(ex, 10) == pack(ex, 10)
+    with pytest.raises(ValueError, match="more than seq_len"):
+        pack(make([11]), 10)
+    assert pack([], 10) == []
+
+
+# ---- slow: the real model proves no cross-sample attention ---------------------------------
+
+
+def tiny_llama(attn: str) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from dojo.train.tiny import TINY_CONFIG
+
+    cfg = LlamaConfig(**json.loads(TINY_CONFIG.read_text()))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch.float32)
+    return model.eval()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("flatten", [True, False])
+def test_packed_logits_equal_each_sample_alone(attn: str, flatten: bool) -> None:
+    import torch
+
+    from dojo.train.packing import PackedCollator, packing_supported
+
+    model = tiny_llama(attn)
+    assert packing_supported(model)[0]
+    g = torch.Generator().manual_seed(1)
+    examples = [
+        {"input_ids": ids, "labels": ids}
+        for n in (7, 12, 5, 9, 3)
+        for ids in [torch.randint(5, 1000, (n,), generator=g).tolist()]
+    ]
+    rows = pack(examples, 16)
+    assert len(rows) < len(examples)  # something was really packed together
+    batch = PackedCollator(pad_id=0, flatten=flatten)(rows)
+    assert "attention_mask" not in batch
+    with torch.no_grad():
+        packed = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits
+        plain = model(input_ids=batch["input_ids"]).logits  # control: ordinary causal mask
+        alone = {
+            tuple(e["input_ids"]): model(input_ids=torch.tensor([e["input_ids"]])).logits[0]
+            for e in examples
+        }
+    differs = False
+    for b in range(batch["input_ids"].shape[0]):
+        ids, pos = batch["input_ids"][b].tolist(), batch["position_ids"][b].tolist()
+        starts = [i for i, p in enumerate(pos) if p == 0] + [len(pos)]
+        for s, e in zip(starts, starts[1:], strict=False):
+            key = tuple(ids[s:e])
+            if key not in alone:
+                assert not flatten and all(t == 0 for t in key)  # the padding "sample"
+                continue
+            torch.testing.assert_close(packed[b, s:e], alone[key], atol=1e-5, rtol=1e-4)
+            differs |= s > 0 and not torch.allclose(plain[b, s:e], alone[key], atol=1e-3)
+    assert differs, "control: without position_ids the later samples must see the earlier ones"
+
+
+@pytest.mark.slow
+def test_collators_pad_and_label() -> None:
+    from dojo.train.packing import PackedCollator, PadCollator
+
+    ex = [{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [8], "labels": [8]}]
+    b = PadCollator(pad_id=0)(ex)
+    assert b["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert b["labels"].tolist() == [[-100, 6, 7], [8, -100, -100]]
+    assert b["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert PadCollator(pad_id=0, pad_to_multiple_of=4)(ex)["input_ids"].shape == (2, 4)
+    rows = pack(ex, 8)
+    flat = PackedCollator(pad_id=0)(rows)
+    assert flat["input_ids"].tolist() == [[5, 6, 7, 8]]
+    assert flat["position_ids"].tolist() == [[0, 1, 2, 0]]
+    assert flat["labels"].tolist() == [[-100, 6, 7, -100]]
+
+
+def test_packing_not_supported_reasons() -> None:
+    from dojo.train.packing import packing_supported
+
+    class Cfg:
+        _attn_implementation = "paged_attention"
+
+    class Remote:
+        config = Cfg()
+
+    ok, why = packing_supported(Remote())
+    assert not ok and "paged_attention" in why
+    Cfg._attn_implementation = "sdpa"
+    ok, why = packing_supported(Remote())  # its module has no create_causal_mask
+    assert not ok and "masking_utils" in why

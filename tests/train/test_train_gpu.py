@@ -1,0 +1,51 @@
+"""On the lent GPU machine: LoRA ZeRO-2, QLoRA, full ZeRO-3 on the bundled random-weight model."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def dojo_train(out: Path, *args: str) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "dojo", "train", "--gpus", "0", "--output-dir", str(out)]
+    cmd += ["--seq-len", "512", "--micro-batch", "8", "--max-steps", "20", "--seed", "7", *args]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    s: dict[str, Any] = json.loads((out / "dojo_summary.json").read_text())
+    assert s["steps"] == 20 and s["loss_last"] < s["loss_first"]
+    assert s["peak_gpu_gib"] is not None and s["peak_gpu_gib"] > 0
+    assert s["peak_allocated_gib_after_step1"] is not None
+    assert s["estimated_gpu_gib"] is not None
+    return s
+
+
+@pytest.mark.gpu
+def test_lora_zero2(tmp_path: Path) -> None:
+    s = dojo_train(tmp_path / "r", "--zero", "2", "--lr", "2e-3")
+    assert s["method"] == "lora" and s["zero_stage"] == 2
+    assert (tmp_path / "r" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.gpu
+def test_qlora(tmp_path: Path) -> None:
+    s = dojo_train(tmp_path / "r", "--method", "qlora", "--zero", "2", "--lr", "2e-3", "--merge")
+    assert s["method"] == "qlora"
+    assert (tmp_path / "r" / "merged" / "model.safetensors").is_file()
+
+
+@pytest.mark.gpu
+def test_qlora_zero3(tmp_path: Path) -> None:
+    s = dojo_train(tmp_path / "r", "--method", "qlora", "--zero", "3", "--lr", "2e-3")
+    assert s["zero_stage"] == 3
+
+
+@pytest.mark.gpu
+def test_full_zero3(tmp_path: Path) -> None:
+    s = dojo_train(tmp_path / "r", "--method", "full", "--zero", "3", "--lr", "1e-3")
+    assert s["zero_stage"] == 3
+    assert (tmp_path / "r" / "model.safetensors").is_file()
