@@ -117,11 +117,21 @@ def resolve_model(cfg: TrainConfig) -> tuple[str, Any]:
         raise LaunchError(e.message, hint=e.hint) from None
 
 
-def check_template(cfg: TrainConfig) -> None:
-    if cfg.template is not None:
-        from dojo.chat_template import load_template
+def check_template(cfg: TrainConfig, model_kind: str) -> None:
+    """--template must resolve; without it a local model must ship its own chat template."""
+    from dojo.chat_template import load_template
+    from dojo.errors import TemplateError
 
+    if cfg.template is not None:
         load_template(cfg.template, flag="--template")
+    elif model_kind == "local":
+        try:
+            load_template(str(Path(str(cfg.model)).expanduser()), flag="--model")
+        except TemplateError:
+            raise TemplateError(
+                f"--model {cfg.model}: the model folder has no chat template",
+                hint="pass --template NAME, e.g. --template chatml (see 'dojo chat-template list')",
+            ) from None
 
 
 def default_data() -> tuple[str, ...]:

@@ -27,7 +27,7 @@ def plan(cfg: TrainConfig, *, force: bool, present: list[Any] | None = None) -> 
     preflight.check_extras(cfg, devices)
     precision = preflight.resolve_precision(cfg, devices)
     kind, spec = preflight.resolve_model(cfg)
-    preflight.check_template(cfg)
+    preflight.check_template(cfg, kind)
     data = cfg.data or preflight.default_data()
     data_info = preflight.check_data(cfg, data)
     preflight.check_output(cfg, spec, force=force)

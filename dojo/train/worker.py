@@ -204,7 +204,7 @@ def save(trainer: Trainer, tokenizer: Any, run: dict[str, Any], weights: str) ->
 
         # Training is over: a ZeRO-3 config still armed would make this rank-0-only load a
         # sharded (collective) zero.Init and hang waiting for the other ranks.
-        unset_hf_deepspeed_config()
+        unset_hf_deepspeed_config()  # type: ignore[no-untyped-call]
 
         # Merge into full-precision base weights (never into 4-bit QLoRA weights: lossy).
         dtype = _DTYPES[run["precision_resolved"]]
@@ -254,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # "Loading weights" bars, once per rank
+    # "Loading weights" / "Writing model shards" bars would repeat once per rank.
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     run = load_run(args.config)
     weights = materialize_random_weights(run)
     if run["device"] == "cpu":

@@ -53,9 +53,13 @@ def build(run: dict[str, Any], tokenizer: Any, model: Any) -> tuple[Any, Any, di
     for line in info["bad_rows"][:5]:
         print0(f"  skipped {line}")
     if not examples:
-        sys.stderr.write("error: no trainable example left after tokenization (see the report above)\n")
+        sys.stderr.write(
+            "error: no trainable example left after tokenization (see the report above)\n"
+        )
         raise SystemExit(1)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad_id = (
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    )
     if run["packing"]:
         ok, why = packing.packing_supported(model)
         info["packing"] = ok

@@ -21,6 +21,7 @@ TINY_LLAMA = {
     "max_position_embeddings": 512,
     "tie_word_embeddings": False,
 }
+REPO = Path(__file__).resolve().parents[2]
 H200 = [Gpu(0, "NVIDIA H200", 139.8), Gpu(1, "NVIDIA H200", 139.8)]
 
 
@@ -29,6 +30,7 @@ def model_dir(tmp_path: Path) -> Path:
     d = tmp_path / "model"
     d.mkdir()
     (d / "config.json").write_text(json.dumps(TINY_LLAMA))
+    (d / "chat_template.jinja").write_text((REPO / "templates/chat/chatml.jinja").read_text())
     return d
 
 
@@ -129,7 +131,48 @@ def test_usage_error_is_exit_2(cli) -> None:
 def test_does_not_fit_stops_with_table(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
     small = [Gpu(0, "tiny GPU", 0.01)]
     with _gpus(small):
-        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o"))
+        r = cli(
+            "train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")
+        )
     assert r.exit_code == 1
     assert "GiB per GPU, the GPUs have 0.0 GiB" in r.stderr
     assert "--force" in r.stderr.splitlines()[-1]
+
+
+def test_model_without_chat_template(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
+    (model_dir / "chat_template.jinja").unlink()
+    with _gpus(H200):
+        r = cli(
+            "train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")
+        )
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[0] == (
+        f"error: --model {model_dir}: the model folder has no chat template"
+    )
+    with _gpus(H200):
+        r = cli(
+            "train", "--model", str(model_dir), "--data", "org/chats", "--template", "chatml",
+            "-o", str(tmp_path / "o"), "--dry-run",
+        )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "is empty"),
+        ('{"foo": 1}\n{"messages": []}\n', "no valid row; first problem:"),
+    ],
+)
+def test_data_without_valid_rows(
+    cli, model_dir: Path, tmp_path: Path, no_launch, content: str, message: str
+) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text(content)
+    out = tmp_path / "o"
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", str(data), "-o", str(out))
+    assert r.exit_code == 1
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("error: --data") and message in first, r.stderr
+    assert not out.exists()

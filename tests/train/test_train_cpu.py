@@ -30,7 +30,9 @@ def summary(out: Path) -> dict[str, Any]:
     return data
 
 
-def check_run(r: subprocess.CompletedProcess[str], out: Path, zero: int, method: str) -> dict[str, Any]:
+def check_run(
+    r: subprocess.CompletedProcess[str], out: Path, zero: int, method: str
+) -> dict[str, Any]:
     assert r.returncode == 0, r.stderr[-4000:]
     assert f"run config: {out.resolve() / 'train.json'}" in r.stderr
     assert json.loads((out / "ds_config.json").read_text())["zero_optimization"]["stage"] == zero
@@ -75,7 +77,9 @@ def test_lora(tmp_path: Path, zero: int) -> None:
 @pytest.mark.parametrize("zero", [2, 3])
 def test_full(tmp_path: Path, zero: int) -> None:
     out = tmp_path / "run"
-    r = dojo_train(out, "--method", "full", "--zero", str(zero), "--lr", "1e-3", "--max-steps", str(STEPS))
+    r = dojo_train(
+        out, "--method", "full", "--zero", str(zero), "--lr", "1e-3", "--max-steps", str(STEPS)
+    )
     check_run(r, out, zero, "full")
     assert (out / "model.safetensors").is_file()
     import torch
@@ -107,3 +111,99 @@ def test_resume_continues_step_count(tmp_path: Path) -> None:
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     assert "was written by 2 processes, this run has 1" in r.stderr
+
+
+def _ranks(train_json: Path) -> dict[int, int]:
+    """local rank -> pid of the worker processes of one run (from /proc)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = [a.decode(errors="replace") for a in args]
+        if "dojo.train.worker" in text and str(train_json) in text:
+            rank = next((a.split("=")[1] for a in text if a.startswith("--local_rank=")), None)
+            if rank is not None:
+                found[int(rank)] = int(proc.name)
+    return found
+
+
+def _start(out: Path, *args: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "dojo", "train", "--nproc", "2", "--output-dir", str(out)]
+    cmd += ["--seq-len", "256", "--micro-batch", "4", "--seed", "7", *args]
+    return subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_for(pred: Any, timeout: float = 120) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.2)
+
+
+def test_killed_rank_stops_run_and_keeps_last_checkpoint(tmp_path: Path) -> None:
+    import signal
+
+    from dojo.train import checkpoints
+
+    out = tmp_path / "run"
+    proc = _start(out, "--max-steps", "400", "--save-steps", "5", "--save-total-limit", "3")
+    try:
+        _wait_for(lambda: checkpoints.latest_complete(out) is not None)
+        ranks = _ranks(out.resolve() / "train.json")
+        assert set(ranks) == {0, 1}
+        os.kill(ranks[1], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode not in (0, None)
+    assert "training failed (launcher exit code" in err
+    _wait_for(lambda: not _ranks(out.resolve() / "train.json"), timeout=15)  # no orphan rank
+    latest = checkpoints.resume_point(out, 2)
+    step = int(latest.name.split("-")[1])
+    r = dojo_train(out, "--max-steps", str(step + 3), "--save-steps", "5", "--resume")
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert summary(out)["steps"] == step + 3
+
+
+def test_ctrl_c_exit_130_no_orphans(tmp_path: Path) -> None:
+    import signal
+
+    out = tmp_path / "run"
+    proc = _start(out, "--max-steps", "400")
+    train_json = out.resolve() / "train.json"
+    try:
+        _wait_for(lambda: len(_ranks(train_json)) == 2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted: every process of the run was stopped" in err
+    assert _ranks(train_json) == {}
+
+
+def test_resume_is_deterministic(tmp_path: Path) -> None:
+    """Steps 6-10 replayed from checkpoint-5 give the loss of the uninterrupted run (seed fixed)."""
+    import shutil
+
+    out = tmp_path / "run"
+    r = dojo_train(out, "--max-steps", "10", "--save-steps", "5", "--save-total-limit", "3")
+    assert r.returncode == 0, r.stderr[-4000:]
+    whole = summary(out)
+    shutil.rmtree(out / "checkpoint-10")  # as if the run had died after step 5's checkpoint
+    r = dojo_train(out, "--max-steps", "10", "--save-steps", "5", "--resume")
+    assert r.returncode == 0, r.stderr[-4000:]
+    again = summary(out)
+    assert again["resumed_from"].endswith("checkpoint-5")
+    assert again["steps"] == whole["steps"] == 10
+    assert again["loss_last"] == pytest.approx(whole["loss_last"], rel=1e-5, abs=1e-6)
