@@ -88,7 +88,7 @@ def prepare_model(shape: str, root: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     cfg = dict(ARCHITECTURES[SHAPES[shape]])
     cfg.pop("model_type", None)
-    config = LlamaConfig(**cfg, torch_dtype="bfloat16", max_position_embeddings=8192)
+    config = LlamaConfig(**cfg, max_position_embeddings=8192)
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
@@ -155,7 +155,7 @@ def run_row(row: Row, model: Path, data: Path, out: Path, gpu_gib: float) -> dic
         sys.executable, "-m", "dojo", "train", "--gpus", "0", "--model", str(model),
         "--data", str(data), "--template", "chatml", "--method", row.method,
         "--zero", str(row.stage), "--offload", row.offload, "--micro-batch", str(row.micro_batch),
-        "--seq-len", str(row.seq_len), "--packing", "--max-steps", "4", "--save-steps", "0",
+        "--seq-len", str(row.seq_len), "--packing", "--max-steps", "3", "--save-steps", "0",
         "--lora-dropout", "0", "--bucket-size", str(row.bucket),
         "--grad-ckpt" if row.grad_ckpt else "--no-grad-ckpt",
         "--overlap-comm" if row.overlap_comm else "--no-overlap-comm",

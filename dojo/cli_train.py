@@ -104,6 +104,43 @@ def train_cmd(
             "--grad-ckpt/--no-grad-ckpt", help="Gradient checkpointing", rich_help_panel=_OPT
         ),
     ] = None,
+    overlap_comm: Annotated[
+        bool | None,
+        typer.Option(
+            "--overlap-comm/--no-overlap-comm",
+            help="Overlap gradient reduction with backward [default: on]",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    bucket_size: Annotated[
+        str | None,
+        typer.Option(
+            help="reduce_bucket_size in elements, e.g. 5e8 [default: auto = hidden^2]",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    attn: Annotated[
+        str | None,
+        typer.Option(
+            help="Attention: auto, sdpa, eager, flex_attention, flash_attention_2 [default: auto]",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    fused_loss: Annotated[
+        str | None,
+        typer.Option(
+            help="Liger fused linear cross-entropy: auto (on with CUDA + liger-kernel), on, off",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    save_model: Annotated[
+        bool | None,
+        typer.Option(
+            "--save-model/--no-save-model",
+            help="Write the final model or adapter [default: on]",
+            rich_help_panel=_RUN,
+        ),
+    ] = None,
     optimizer: Annotated[
         str | None,
         typer.Option(

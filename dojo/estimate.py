@@ -112,6 +112,8 @@ class Setup:
     lora_dropout: float = 0.0
     """PEFT's default; > 0 keeps a dropout output and mask per adapted module (sec 3.2)."""
     attention: Attention = "sdpa"
+    fused_loss: bool = False
+    """Liger fused linear cross-entropy: logits are made and freed chunk by chunk, never whole."""
     gpu_memory_gib: float | None = None
     cpu_memory_gib: float | None = None
     """Host RAM per node; None = no host verdict."""
@@ -240,10 +242,24 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
     keep = BF16 * tokens * h if s.grad_ckpt else a_layer
     layer_extra = cal.recompute_factor * a_layer if s.grad_ckpt else a_layer
     logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
+    if s.fused_loss:
+        logits = _fused_loss_bytes(spec, setup)
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
     kept = spec.num_layers * keep
     activations = kept + max(loss_tail, layer_extra - logits)
     return int(activations), int(logits)
+
+
+def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
+    """Liger LigerFusedLinearCrossEntropyFunction: tokens in chunks of
+    next_pow2(ceil(T / ceil(V / h))); per chunk bf16 logits + their fp32 grad (6 B x chunk x V),
+    plus the bf16 grad of the hidden states (2 B x T x h) and, when the head trains, a 16-bit
+    grad_weight (2 B x V x h) that lives through the loss."""
+    tokens = setup.micro_batch * setup.seq_len
+    v, h = spec.vocab_size, spec.hidden_size
+    chunk = 1 << max(0, math.ceil(tokens / math.ceil(v / h)) - 1).bit_length()
+    head_grad = BF16 * v * h if setup.method == "full" else 0
+    return 6 * chunk * v + BF16 * tokens * h + head_grad
 
 
 def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:

@@ -20,6 +20,8 @@ OFFLOADS = ("none", "cpu")
 CHOICES_HF_DS = ("hf", "ds")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 OVERFLOWS = ("truncate", "drop")
+ATTNS = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
+FUSED_LOSSES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,18 @@ class TrainConfig:
     """Who builds the optimizer: hf (TrainingArguments optim) or ds (DeepSpeed JSON block)."""
     scheduler: str = "hf"
     """Who builds the LR scheduler: hf (TrainingArguments) or ds (DeepSpeed WarmupDecayLR)."""
+    overlap_comm: bool = True
+    """Overlap gradient reduction with backward (costs one more 2-byte reduce bucket at stage 1/2)."""
+    bucket_size: int | None = None
+    """reduce_bucket_size in elements; None = HF "auto" (hidden_size squared, tens of MB)."""
+    attn: str = "auto"
+    """Attention kernel: auto (sdpa; flex_attention is an option for packed rows), sdpa, eager,
+    flex_attention, flash_attention_2 (needs the flash-attn package)."""
+    fused_loss: str = "auto"
+    """Liger fused linear cross-entropy (never materialises the fp32 logits): auto = on when
+    liger-kernel is installed and the run is on CUDA; on; off."""
+    save_model: bool = True
+    """Write the final model/adapter (off for memory and speed benchmarks)."""
     precision: str = "auto"
     """auto = bf16 on GPU, fp32 on CPU (the DeepSpeed CPU accelerator trains in fp32 here)."""
     seq_len: int = 1024
@@ -169,6 +183,12 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise ConfigError(f"data: expected a path or a list of paths, got {value!r}")
+    if name == "bucket_size" and isinstance(value, str | float) and not isinstance(value, bool):
+        try:  # 5e8 / "5e8": DeepSpeed configs write bucket sizes in float notation
+            f = float(value)
+        except ValueError:
+            return value
+        return int(f) if f.is_integer() else value
     if name == "gpus" and isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     if name in ("lr", "lora_dropout", "epochs") and isinstance(value, str):
@@ -225,6 +245,10 @@ def validate(cfg: TrainConfig) -> list[str]:
     choice("scheduler", cfg.scheduler, CHOICES_HF_DS)
     choice("precision", cfg.precision, PRECISIONS)
     choice("overflow", cfg.overflow, OVERFLOWS)
+    choice("attn", cfg.attn, ATTNS)
+    choice("fused-loss", cfg.fused_loss, FUSED_LOSSES)
+    if cfg.bucket_size is not None:
+        integer("bucket-size", cfg.bucket_size, 1)
     integer("zero", cfg.zero_stage, 0, 3)
     # 1M tokens: beyond every released context window; catches a typo'd extra digit early.
     integer("seq-len", cfg.seq_len, 8, 1 << 20)
@@ -256,7 +280,7 @@ def validate(cfg: TrainConfig) -> list[str]:
         p.append(f"--output-dir {cfg.output_dir!r}: must be a folder path")
     if not isinstance(cfg.lora_targets, str) or not cfg.lora_targets.strip():
         p.append(f"--lora-targets {cfg.lora_targets!r}: give module names or all-linear")
-    for name in ("grad_ckpt", "packing", "resume", "trust_remote_code", "merge"):
+    for name in ("grad_ckpt", "packing", "resume", "trust_remote_code", "merge", "overlap_comm", "save_model"):
         if not isinstance(getattr(cfg, name), bool):
             p.append(f"{name}: {getattr(cfg, name)!r} must be true or false")
     if p:

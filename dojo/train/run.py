@@ -68,6 +68,10 @@ def fit_check(
         grad_ckpt=cfg.grad_ckpt,
         lora_rank=cfg.lora_r,
         lora_dropout=cfg.lora_dropout,
+        overlap_comm=cfg.overlap_comm,
+        bucket_size=cfg.bucket_size,
+        attention="eager" if cfg.attn == "eager" else "sdpa",
+        fused_loss=fused_loss_on(cfg, devices),
         gpu_memory_gib=gpu_mem,
     )
     est = est_mod.estimate(spec, setup)
@@ -80,6 +84,20 @@ def fit_check(
             raise LaunchError(msg, hint=hint)
         notes.append(f"warning: {msg}; launching anyway (--force)")
     return est, notes
+
+
+def fused_loss_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
+    """Liger's fused linear cross-entropy: Triton kernels, so CUDA only."""
+    import importlib.util
+
+    if cfg.fused_loss == "on" and devices.kind != "cuda":
+        raise LaunchError(
+            "--fused-loss on needs CUDA GPUs (Liger's kernels are Triton)",
+            hint="use --fused-loss auto or off on a CPU run",
+        )
+    if cfg.fused_loss == "off" or devices.kind != "cuda":
+        return False
+    return cfg.fused_loss == "on" or importlib.util.find_spec("liger_kernel") is not None
 
 
 def _estimate_table(est: Any) -> str:
@@ -112,6 +130,8 @@ def build_ds_config(cfg: TrainConfig, spec: Any) -> dict[str, Any]:
         offload_param=cfg.offload_param if cfg.zero_stage == 3 else None,
         optimizer=cfg.optimizer,
         scheduler=cfg.scheduler,
+        overlap_comm=cfg.overlap_comm,
+        bucket_size=cfg.bucket_size,
         precision="auto",  # TrainingArguments bf16/fp16 decide (the worker sets them)
         hidden_size=getattr(spec, "hidden_size", None),
     )
@@ -137,6 +157,7 @@ def run_record(p: Plan, run_dir: Path, tokenizer_path: str, model_path: str) -> 
         "precision_resolved": p.precision,
         "lr_resolved": cfg.resolved_lr(),
         "hf_optim": hf_optim(p),
+        "fused_loss_resolved": fused_loss_on(cfg, p.devices),
         "model_kind": p.model_kind,
         "model_path": model_path,
         "tokenizer_path": tokenizer_path,

@@ -127,6 +127,9 @@ def build_training_args(run: dict[str, Any]) -> TrainingArguments:
         disable_tqdm=True,  # dojo's own progress (rich bar / plain lines) on rank 0
         deepspeed=run["ds_config"],
         include_num_input_tokens_seen="non_padding",
+        # Liger: fused RMSNorm/SwiGLU/RoPE and the fused linear cross-entropy that never
+        # materialises the fp32 logits (the peak with 128k+ vocabularies).
+        use_liger_kernel=bool(run.get("fused_loss_resolved")),
         remove_unused_columns=False,
         dataloader_num_workers=0,
         dataloader_pin_memory=run["device"] == "cuda",
@@ -136,7 +139,12 @@ def build_training_args(run: dict[str, Any]) -> TrainingArguments:
 def load_model(run: dict[str, Any], weights: str) -> Any:
     """Full / LoRA: weights in the compute dtype. QLoRA: NF4 + double quant (bitsandbytes)."""
     dtype = _DTYPES[run["precision_resolved"]]
-    kw: dict[str, Any] = {"dtype": dtype, "trust_remote_code": run["trust_remote_code"]}
+    attn = run.get("attn", "auto")
+    kw: dict[str, Any] = {
+        "dtype": dtype,
+        "trust_remote_code": run["trust_remote_code"],
+        "attn_implementation": "sdpa" if attn == "auto" else attn,
+    }
     if run["method"] == "qlora":
         from transformers import BitsAndBytesConfig
 
@@ -284,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; Progress replaces it
     trainer.train(resume_from_checkpoint=run.get("resume_from"))
-    save(trainer, tokenizer, run, weights)
+    if run.get("save_model", True):
+        save(trainer, tokenizer, run, weights)
     write_summary(trainer, measures, run)
     return 0
 

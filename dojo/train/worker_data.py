@@ -65,6 +65,12 @@ def build(run: dict[str, Any], tokenizer: Any, model: Any) -> tuple[Any, Any, di
         info["packing"] = ok
         if ok:
             print0(f"packing: on ({why})")
-            return packing.pack(examples, run["seq_len"]), packing.PackedCollator(pad_id), info
+            # FlashAttention-2 finds packed samples only in a batch of one row, so flatten the
+            # micro-batch there; SDPA/flex/eager read per-row position_ids, and keeping
+            # [micro_batch, seq_len] rows lets a row that holds one sample use the unmasked
+            # causal (flash) SDPA kernel instead of a masked one over the whole flat batch.
+            flatten = getattr(model.config, "_attn_implementation", "") == "flash_attention_2"
+            collator = packing.PackedCollator(pad_id, flatten=flatten)
+            return packing.pack(examples, run["seq_len"]), collator, info
         print0(f"warning: packing off, padding instead: {why}")
     return examples, packing.PadCollator(pad_id), info
