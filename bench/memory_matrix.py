@@ -149,6 +149,12 @@ class Sampler:
         self._t.join()
 
 
+def _liger() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("liger_kernel") is not None  # dojo's --liger auto on CUDA
+
+
 def run_row(row: Row, model: Path, data: Path, out: Path, gpu_gib: float) -> dict[str, object]:
     run_dir = out / row.label().replace(" ", "_").replace("=", "")
     cmd = [
@@ -174,11 +180,12 @@ def run_row(row: Row, model: Path, data: Path, out: Path, gpu_gib: float) -> dic
         stage=row.stage, method=row.method, micro_batch=row.micro_batch, seq_len=row.seq_len,
         grad_ckpt=row.grad_ckpt, overlap_comm=row.overlap_comm, bucket_size=row.bucket,
         offload_optimizer=row.offload, offload_param="none", lora_dropout=0.0,
-        gpu_memory_gib=gpu_gib,
+        liger=_liger(), gpu_memory_gib=gpu_gib,
     )  # fmt: skip
     est = estimate(spec, setup)
     return {
         "row": row.label(),
+        "params": {k: getattr(row, k) for k in row.__dataclass_fields__},
         "rc": p.returncode,
         "oom": oom,
         "wall_s": round(time.time() - t0, 1),

@@ -31,8 +31,8 @@ PEAK_BF16 = 989e12
 WORDS = "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega river stone cloud".split()
 
 
-def _conv(rng: random.Random, n_words: int) -> dict[str, object]:
-    q = max(4, n_words // 4)
+def _conv(rng: random.Random, n_words: int, q: int | None = None) -> dict[str, object]:
+    q = q or max(4, n_words // 4)
     user = " ".join(rng.choice(WORDS) for _ in range(q))
     answer = " ".join(rng.choice(WORDS) for _ in range(max(4, n_words - q)))
     return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]}
@@ -41,7 +41,7 @@ def _conv(rng: random.Random, n_words: int) -> dict[str, object]:
 def make_datasets(work: Path, seq_len: int) -> dict[str, Path]:
     rng = random.Random(0)
     fixed, mix = work / "fixed.jsonl", work / "mix.jsonl"
-    fixed.write_text("".join(json.dumps(_conv(rng, seq_len * 2)) + "\n" for _ in range(600)))
+    fixed.write_text("".join(json.dumps(_conv(rng, seq_len * 2, q=40)) + "\n" for _ in range(600)))
     # log-normal: median ~350 words, clipped to 20..3000 (SFT sets are dominated by short turns
     # with a long tail; ShareGPT-like).
     lens = [int(min(3000, max(20, rng.lognormvariate(math.log(350), 1.0)))) for _ in range(3000)]
@@ -90,6 +90,7 @@ def main() -> None:
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--datasets", nargs="*", help="fixed and/or mix (default both)")
     ap.add_argument("--dojo-extra", default="", help="extra `dojo train` flags, space-separated")
     a = ap.parse_args()
     work = Path(a.work)
@@ -101,6 +102,8 @@ def main() -> None:
     results = []
     for rep in range(a.repeats):
         for name, path in data.items():
+            if a.datasets and name not in a.datasets:
+                continue
             for system in ("baseline", "dojo"):  # alternate, baseline first each time
                 out = work / f"tp-{name}-{system}-{rep}"
                 if system == "dojo":

@@ -215,9 +215,15 @@ _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 def _read(path: Path, flag: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise TemplateError(f"{flag} {str(path)!r} cannot be read: {e}") from e
+    if "\x00" in text:  # a NUL byte means binary (git's and grep's rule); Jinja would echo it
+        raise TemplateError(
+            f"{flag} {str(path)!r} is a binary file, not a chat template",
+            hint="give a .jinja file, a tokenizer_config.json or a model folder",
+        )
+    return text
 
 
 def _load_bundled(name: str) -> ChatTemplate:

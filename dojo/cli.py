@@ -53,8 +53,12 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(0)
         msg = e.format_message()
         msg = msg[:1].lower() + msg[1:]
-        cmd = " ".join(a for a in args[:2] if not a.startswith("-"))
-        _output.error(msg.rstrip("."), f"see 'dojo {cmd} --help'".replace("  ", " "))
+        # The failing command's own path ("dojo chat-template" for an unknown subcommand),
+        # so the hint never names a command that does not exist.
+        path = getattr(getattr(e, "ctx", None), "command_path", None)
+        if not path:
+            path = " ".join(["dojo", *(a for a in args[:2] if not a.startswith("-"))])
+        _output.error(msg.rstrip("."), f"see '{path} --help'")
         sys.exit(getattr(e, "exit_code", 2))
     except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("\naborted\n")

@@ -225,6 +225,10 @@ def _read_json(arg: str, flag: str) -> Any:
             f"{flag} {arg!r} cannot be read: {e.strerror or e}",
             hint="give a JSON file path, or - for stdin",
         ) from e
+    if not raw.strip():
+        raise DataError(f"{flag} {arg!r} is empty", hint="the file must hold one JSON conversation")
+    if "\x00" in raw:  # a NUL byte means binary (git's and grep's rule)
+        raise DataError(f"{flag} {arg!r} is a binary file, not JSON", hint="give a .json file")
     try:
         return json.loads(raw)
     except ValueError as e:

@@ -126,10 +126,10 @@ def train_cmd(
             rich_help_panel=_OPT,
         ),
     ] = None,
-    fused_loss: Annotated[
+    liger: Annotated[
         str | None,
         typer.Option(
-            help="Liger fused linear cross-entropy: auto (on with CUDA + liger-kernel), on, off",
+            help="Liger kernels incl. fused linear cross-entropy: auto (CUDA + liger-kernel), on, off",
             rich_help_panel=_OPT,
         ),
     ] = None,

@@ -20,6 +20,9 @@ FP32 = 4
 # fp32 second-level constants per 256 blocks (memory-model.md sec 4; QLoRA paper sec 3).
 NF4_DQ_BYTES = 0.5159
 DS_ALLREDUCE_BYTES_ELEMS = 500_000_000  # engine.py MEMORY_OPT_ALLREDUCE_SIZE (ZeRO-0 flatten)
+# 1M tokens: beyond every released context window (= dojo train's --seq-len cap); a larger
+# value is a typo'd extra digit, and its activation terms overflow any useful table.
+MAX_SEQ_LEN = 1 << 20
 
 Method = Literal["full", "lora", "qlora"]
 Offload = Literal["none", "cpu", "nvme"]
@@ -112,8 +115,10 @@ class Setup:
     lora_dropout: float = 0.0
     """PEFT's default; > 0 keeps a dropout output and mask per adapted module (sec 3.2)."""
     attention: Attention = "sdpa"
-    fused_loss: bool = False
-    """Liger fused linear cross-entropy: logits are made and freed chunk by chunk, never whole."""
+    liger: bool = False
+    """Liger kernels: fused linear cross-entropy (logits made and freed chunk by chunk, never
+    whole), RMSNorm that keeps its bf16 input instead of an fp32 copy, SwiGLU that keeps 3
+    tensors of the MLP width instead of 4."""
     gpu_memory_gib: float | None = None
     cpu_memory_gib: float | None = None
     """Host RAM per node; None = no host verdict."""
@@ -158,6 +163,11 @@ def validate(setup: Setup) -> None:
         ),
         (s.seq_len >= 1, f"--seq-len {s.seq_len}: must be at least 1", "use e.g. --seq-len 2048"),
         (
+            s.seq_len <= MAX_SEQ_LEN,
+            f"--seq-len {s.seq_len}: longer than {MAX_SEQ_LEN:,} tokens",
+            "use a real context length, e.g. --seq-len 8192 (dojo train caps it the same way)",
+        ),
+        (
             s.bucket_size is None or s.bucket_size > 0,
             f"--bucket-size {s.bucket_size}: must be positive",
             "use e.g. --bucket-size 500000000, or leave it out for HF's auto (hidden^2)",
@@ -193,13 +203,13 @@ def validate(setup: Setup) -> None:
             "use sdpa, flash_attention_2 or eager",
         ),
         (
-            s.gpu_memory_gib is None or s.gpu_memory_gib > 0,
-            f"--gpu-memory {s.gpu_memory_gib}: must be positive",
+            s.gpu_memory_gib is None or 0 < s.gpu_memory_gib < math.inf,
+            f"--gpu-memory {s.gpu_memory_gib}: must be a positive number of GiB",
             "give the GPU size in GiB, e.g. 80",
         ),
         (
-            s.cpu_memory_gib is None or s.cpu_memory_gib > 0,
-            f"--cpu-memory {s.cpu_memory_gib}: must be positive",
+            s.cpu_memory_gib is None or 0 < s.cpu_memory_gib < math.inf,
+            f"--cpu-memory {s.cpu_memory_gib}: must be a positive number of GiB",
             "give host RAM in GiB, e.g. 512",
         ),
     ]
@@ -234,6 +244,11 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
         per_token = 16 * h + 4 * q + 4 * kv + 8 * i
     else:
         per_token = 8 * h + 4 * q + 4 * kv + 6 * i  # frozen base: no linear inputs saved
+    if s.liger:
+        # LigerRMSNorm saves its bf16 input + fp32 rstd (2h), HF's saves an fp32 copy and the
+        # normalised bf16 output (6h): -4h per norm, two norms. LigerSiLUMul saves gate and up
+        # only; HF also keeps silu(gate): -2i.
+        per_token -= 8 * h + 2 * i
         per_token += _lora_saved_per_token(spec, setup)
     per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
     a_layer = tokens * per_token
@@ -242,7 +257,7 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
     keep = BF16 * tokens * h if s.grad_ckpt else a_layer
     layer_extra = cal.recompute_factor * a_layer if s.grad_ckpt else a_layer
     logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
-    if s.fused_loss:
+    if s.liger:
         logits = _fused_loss_bytes(spec, setup)
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
     kept = spec.num_layers * keep

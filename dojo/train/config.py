@@ -21,7 +21,7 @@ CHOICES_HF_DS = ("hf", "ds")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 OVERFLOWS = ("truncate", "drop")
 ATTNS = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
-FUSED_LOSSES = ("auto", "on", "off")
+LIGERS = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,10 @@ class TrainConfig:
     attn: str = "auto"
     """Attention kernel: auto (sdpa; flex_attention is an option for packed rows), sdpa, eager,
     flex_attention, flash_attention_2 (needs the flash-attn package)."""
-    fused_loss: str = "auto"
-    """Liger fused linear cross-entropy (never materialises the fp32 logits): auto = on when
-    liger-kernel is installed and the run is on CUDA; on; off."""
+    liger: str = "auto"
+    """Liger kernels (fused RMSNorm, SwiGLU, RoPE and the linear cross-entropy that never
+    materialises the fp32 logits): auto = on when liger-kernel is installed and the run is on
+    CUDA; on; off."""
     save_model: bool = True
     """Write the final model/adapter (off for memory and speed benchmarks)."""
     precision: str = "auto"
@@ -246,7 +247,7 @@ def validate(cfg: TrainConfig) -> list[str]:
     choice("precision", cfg.precision, PRECISIONS)
     choice("overflow", cfg.overflow, OVERFLOWS)
     choice("attn", cfg.attn, ATTNS)
-    choice("fused-loss", cfg.fused_loss, FUSED_LOSSES)
+    choice("liger", cfg.liger, LIGERS)
     if cfg.bucket_size is not None:
         integer("bucket-size", cfg.bucket_size, 1)
     integer("zero", cfg.zero_stage, 0, 3)

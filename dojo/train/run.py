@@ -71,7 +71,7 @@ def fit_check(
         overlap_comm=cfg.overlap_comm,
         bucket_size=cfg.bucket_size,
         attention="eager" if cfg.attn == "eager" else "sdpa",
-        fused_loss=fused_loss_on(cfg, devices),
+        liger=liger_on(cfg, devices),
         gpu_memory_gib=gpu_mem,
     )
     est = est_mod.estimate(spec, setup)
@@ -86,18 +86,18 @@ def fit_check(
     return est, notes
 
 
-def fused_loss_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
+def liger_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
     """Liger's fused linear cross-entropy: Triton kernels, so CUDA only."""
     import importlib.util
 
-    if cfg.fused_loss == "on" and devices.kind != "cuda":
+    if cfg.liger == "on" and devices.kind != "cuda":
         raise LaunchError(
-            "--fused-loss on needs CUDA GPUs (Liger's kernels are Triton)",
-            hint="use --fused-loss auto or off on a CPU run",
+            "--liger on needs CUDA GPUs (Liger's kernels are Triton)",
+            hint="use --liger auto or off on a CPU run",
         )
-    if cfg.fused_loss == "off" or devices.kind != "cuda":
+    if cfg.liger == "off" or devices.kind != "cuda":
         return False
-    return cfg.fused_loss == "on" or importlib.util.find_spec("liger_kernel") is not None
+    return cfg.liger == "on" or importlib.util.find_spec("liger_kernel") is not None
 
 
 def _estimate_table(est: Any) -> str:
@@ -157,7 +157,7 @@ def run_record(p: Plan, run_dir: Path, tokenizer_path: str, model_path: str) -> 
         "precision_resolved": p.precision,
         "lr_resolved": cfg.resolved_lr(),
         "hf_optim": hf_optim(p),
-        "fused_loss_resolved": fused_loss_on(cfg, p.devices),
+        "liger_resolved": liger_on(cfg, p.devices),
         "model_kind": p.model_kind,
         "model_path": model_path,
         "tokenizer_path": tokenizer_path,

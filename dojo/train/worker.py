@@ -129,7 +129,7 @@ def build_training_args(run: dict[str, Any]) -> TrainingArguments:
         include_num_input_tokens_seen="non_padding",
         # Liger: fused RMSNorm/SwiGLU/RoPE and the fused linear cross-entropy that never
         # materialises the fp32 logits (the peak with 128k+ vocabularies).
-        use_liger_kernel=bool(run.get("fused_loss_resolved")),
+        use_liger_kernel=bool(run.get("liger_resolved")),
         remove_unused_columns=False,
         dataloader_num_workers=0,
         dataloader_pin_memory=run["device"] == "cuda",
