@@ -46,6 +46,7 @@ class _Runaway(Exception):
     """A template exceeded its render budget (a loop that does not end, output that explodes)."""
 
 
+_TICK_FILTER = "dojo_budget"  # the filter _parse wraps around every for-loop's iterable
 _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
     "dojo_chat_budget", default=None
 )
@@ -95,6 +96,15 @@ class _CappedRange:
         return repr(self._rng)
 
 
+def _ticking(items: Any) -> Any:
+    """Yield ``items`` unchanged, checking the wall-time budget every 256 of them."""
+    b = _budget()
+    for i, x in enumerate(items):
+        if i % 256 == 0:
+            b.tick()
+        yield x
+
+
 def _check_size(value: Any) -> Any:
     if isinstance(value, (str, list, tuple)) and len(value) > MAX_STRING_CHARS:
         raise _Runaway(f"template built a value of {len(value)} items (limit {MAX_STRING_CHARS})")
@@ -142,6 +152,16 @@ def _environment() -> Any:
                     if sized and len(a) * b > MAX_STRING_CHARS:
                         raise _Runaway("template built a value beyond the size limit")
             return _check_size(super().call_binop(context, operator, left, right))
+
+        def _parse(self, source: str, name: str | None, filename: str | None) -> Any:
+            # Every {% for %} iterates through _ticking: nested loops over plain strings or lists
+            # call nothing the budget sees, so without this they run for hours (issue 7).
+            tree = super()._parse(source, name, filename)
+            for node in tree.find_all(jinja2.nodes.For):
+                node.iter = jinja2.nodes.Filter(
+                    node.iter, _TICK_FILTER, [], [], None, None, lineno=node.iter.lineno
+                )
+            return tree
 
         def getattr(self, obj: Any, attribute: str) -> Any:
             _budget().tick()
@@ -209,6 +229,8 @@ def _environment() -> Any:
         extensions=[GenerationPassthrough, jinja2.ext.loopcontrols],
     )
     env.filters["tojson"] = tojson
+    # pass_context keeps Jinja from folding a constant loop (`for x in [1, 2]`) at compile time.
+    env.filters[_TICK_FILTER] = jinja2.pass_context(lambda _ctx, items: _ticking(items))
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = TemplateDict()

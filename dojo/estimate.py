@@ -70,14 +70,33 @@ def comm_buffer_bytes(
 class Calibration:
     """Constants the GPU measurements (issue 5) recalibrate; defaults from memory-model.md."""
 
-    cuda_context_gib: float = 0.6
-    """CUDA context + kernels + cuBLAS workspace per process (sec 6: 0.3-2 GiB reported)."""
+    cuda_context_gib: float = 1.7
+    """Everything nvidia-smi shows beyond PyTorch's reserved memory for one process: CUDA context,
+    kernels (Triton/Liger too), cuBLAS workspaces, NCCL's world-size-1 setup. Measured on the
+    H200 as nvidia-smi peak - max reserved: 1.67-1.71 GiB on the 1B rows, 2.3 on 7B LoRA
+    (docs/benchmarks.md); the doc's 0.6 is an empty process (0.62 GiB measured there)."""
     nccl_gib: float = 0.3
     """NCCL channel buffers per rank when world size > 1, outside PyTorch's allocator (sec 6)."""
-    allocator_slack: float = 0.08
-    """Caching-allocator reserve over allocated, as a fraction (sec 6: typically 3-15%)."""
-    kappa: float = 1.0
-    """Transient flatten copy of a gradient bucket during reduction, in buckets (sec 2.4: 0-1)."""
+    allocator_slack: float = 0.20
+    """Caching-allocator reserve over allocated, full fine-tuning, as a fraction. Measured on
+    the H200 (reserved / allocated - 1): 12-25% over the full rows."""
+    allocator_slack_adapter: float = 0.03
+    """The same for LoRA / QLoRA (frozen base, small grads): 0.6% and 4.9% measured."""
+    allocator_slack_offload: float = 0.5
+    """The same with optimizer offload (pinned staging, per-parameter temporaries): 54% measured
+    on the one offload row; the least certain constant."""
+
+    def slack(self, method: str, offload: str) -> float:
+        if offload != "none":
+            return self.allocator_slack_offload
+        return self.allocator_slack if method == "full" else self.allocator_slack_adapter
+    kappa: float = 0.0
+    """Transient flatten copy of a gradient bucket during reduction, in buckets (sec 2.4: 0-1).
+    Measured 0 on the H200: ZeRO-0 vs ZeRO-2 and the overlap/bucket deltas leave no room for it
+    (overlap on/off: +0.93 GiB = exactly one 5e8 bucket; 5e8 -> 2e8: -1.10 GiB = 2 x 3e8 x 2 B)."""
+    liger_full_saved_per_token_h: float = 14.0
+    """Bytes per token x hidden that Liger's kernels save per layer in full fine-tuning, beyond
+    the 2i of SwiGLU: 8 by counting saved tensors, 14 measured (H200, rows 1-5)."""
     recompute_factor: float = 2.0
     """Backward of a checkpointed layer holds this many A_layer (sec 3.4, measured 1.9 on CPU)."""
     loss_bytes_per_logit: float = 12.0
@@ -244,12 +263,16 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
         per_token = 16 * h + 4 * q + 4 * kv + 8 * i
     else:
         per_token = 8 * h + 4 * q + 4 * kv + 6 * i  # frozen base: no linear inputs saved
-    if s.liger:
-        # LigerRMSNorm saves its bf16 input + fp32 rstd (2h), HF's saves an fp32 copy and the
-        # normalised bf16 output (6h): -4h per norm, two norms. LigerSiLUMul saves gate and up
-        # only; HF also keeps silu(gate): -2i.
-        per_token -= 8 * h + 2 * i
         per_token += _lora_saved_per_token(spec, setup)
+    if s.liger and s.method == "full":
+        # Liger's RMSNorm keeps its bf16 input + fp32 rstd instead of HF's fp32 copy + bf16
+        # output (-8h by that count) and its SwiGLU keeps gate and up but not silu(gate) (-2i).
+        # Measured on the H200 (docs/benchmarks.md rows 1-5) the layer saves 14h + 2i less.
+        per_token -= int(cal.liger_full_saved_per_token_h * h) + 2 * i
+    elif s.liger:
+        # Frozen base: HF norms keep no weight-grad inputs there (already excluded above); only
+        # the SwiGLU saving applies.
+        per_token -= 2 * i
     per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
     a_layer = tokens * per_token
     if s.attention == "eager":

@@ -71,7 +71,8 @@ class MemoryEstimate:
 
     @property
     def overhead(self) -> int:
-        slack = self.setup.calibration.allocator_slack * self.allocated
+        cal, st = self.setup.calibration, self.setup
+        slack = cal.slack(st.method, st.offload_optimizer) * self.allocated
         return int(self.context + self.nccl + slack)
 
     @property

@@ -1,0 +1,268 @@
+"""Issue 7, security: the chat-template sandbox, argv-only launches, trust_remote_code off by default.
+
+A chat template is code downloaded with a model; it runs in Jinja's immutable sandbox with a
+render budget (dojo.chat_sandbox). The training launch is an argument list, never a shell line.
+"""
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dojo import chat_sandbox
+from dojo.chat_template import ChatTemplate, render
+from dojo.errors import TemplateError
+from dojo.train import launch
+from dojo.train.config import TrainConfig
+from dojo.train.launch import Devices
+
+MSGS = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+SECRET = "s3cr3t-token-do-not-leak"
+
+# (template, text the TemplateError must contain)
+INTERNALS = [
+    ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "refused by the sandbox"),
+    ("{{ messages.__class__.__base__ }}", "refused by the sandbox"),
+    ("{{ cycler.__init__.__globals__.os.popen('id').read() }}", "refused by the sandbox"),
+    ("{{ lipsum.__globals__['os'].environ }}", "refused by the sandbox"),
+    ("{{ raise_exception.__globals__ }}", "refused by the sandbox"),
+    ("{{ strftime_now.__globals__['datetime'] }}", "refused by the sandbox"),
+    ("{{ namespace.__init__.__globals__ }}", "refused by the sandbox"),
+    ("{{ dict.__class__.__subclasses__() }}", "refused by the sandbox"),
+    ("{{ self._TemplateReference__context }}", "refused by the sandbox"),
+    ("{{ '{0.__class__.__mro__}'.format(messages) }}", "refused by the sandbox"),
+    ("{{ '%s'|format(messages.__class__) }}", "refused by the sandbox"),
+    ("{{ messages|attr('__class__') }}", "refused by the sandbox"),
+    ("{{ (messages|first).__class__.__init__ }}", "refused by the sandbox"),
+    ("{% set ns = namespace() %}{% set ns._x = 1 %}", "underscore"),
+    # Immutable sandbox: the caller's messages cannot be changed by the template.
+    ("{{ messages.append({'role': 'user'}) }}", "refused by the sandbox"),
+    ("{{ messages[0].update({'role': 'system'}) }}", "refused by the sandbox"),
+    ("{{ messages.pop() }}", "refused by the sandbox"),
+]
+IMPORTS_AND_FILES = [
+    ("{% import 'os' as os %}{{ os.system('id') }}", "no loader"),
+    ("{% from 'subprocess' import run %}{{ run('id') }}", "no loader"),
+    ("{% include 'secret.txt' %}", "no loader"),
+    ("{% include '/etc/passwd' %}", "no loader"),
+    ("{% extends 'secret.txt' %}", "no loader"),
+    ("{{ open('secret.txt').read() }}", "'open' is undefined"),
+    ("{{ __import__('os').getcwd() }}", "is undefined"),
+    ("{{ self.__init__.__globals__['__builtins__'] }}", "refused by the sandbox"),
+]
+RUNAWAY = [
+    ("{{ 'x' * 100000000 }}", "beyond the size limit"),
+    ("{{ [0] * 100000000 }}", "beyond the size limit"),
+    ("{{ 2 ** 100000 }}", "exponent 100000 is too large"),
+    ("{{ range(10**9)|list|length }}", "Range too big"),
+    (
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        "range() iterated more than",
+    ),
+    (
+        "{% set ns = namespace(s='ab') %}{% for i in range(60) %}"
+        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+        "built a value",
+    ),
+    ("{% for i in range(100000) %}{{ 'x' * 10000 }}{% endfor %}", "output grew past"),
+    ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recursion too deep"),
+    ("{% for m in messages recursive %}{{ loop(messages) }}{% endfor %}", "recursion too deep"),
+    # Nested loops over a plain string call nothing the sandbox intercepts: only the wall-time
+    # budget stops them (10^10 iterations, hours without it).
+    (
+        "{% set s = 'x' * 100000 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}",
+        "render took longer than",
+    ),
+    (
+        "{% set s = messages * 20000 %}{% for a in s %}{% for b in s %}{{ '' }}{% endfor %}{% endfor %}",
+        "render took longer than",
+    ),
+]
+
+
+@pytest.fixture
+def short_budget(monkeypatch: pytest.MonkeyPatch) -> float:
+    """A 0.5 s render budget instead of 30 s, so the wall-time cases stay fast."""
+    monkeypatch.setattr(chat_sandbox, "MAX_SECONDS", 0.5)
+    return 0.5
+
+
+def _refused(source: str) -> TemplateError:
+    tpl = ChatTemplate.from_source(source, name="evil.jinja")
+    with pytest.raises(TemplateError) as e:
+        render(tpl, MSGS)
+    return e.value
+
+
+def test_environment_is_the_immutable_sandbox() -> None:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    assert isinstance(chat_sandbox._environment(), ImmutableSandboxedEnvironment)
+
+
+@pytest.mark.parametrize(("source", "needle"), INTERNALS, ids=lambda x: str(x)[:40])
+def test_python_internals_are_refused(source: str, needle: str) -> None:
+    err = _refused(source)
+    assert needle in err.message and "evil.jinja" in err.message
+
+
+@pytest.mark.parametrize(("source", "needle"), IMPORTS_AND_FILES, ids=lambda x: str(x)[:40])
+def test_imports_and_file_reads_are_refused(
+    source: str, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "secret.txt").write_text(SECRET)
+    monkeypatch.chdir(tmp_path)
+    err = _refused(source)
+    assert needle in err.message
+    assert SECRET not in err.message + str(err.hint)
+
+
+@pytest.mark.parametrize(("source", "needle"), RUNAWAY, ids=lambda x: str(x)[:40])
+def test_runaway_templates_stop(source: str, needle: str, short_budget: float) -> None:
+    t0 = time.monotonic()
+    err = _refused(source)
+    assert needle in err.message
+    assert time.monotonic() - t0 < short_budget + 4.0  # the budget, not the template, decides
+
+
+def test_messages_are_not_mutated_by_a_refused_template() -> None:
+    msgs = json.loads(json.dumps(MSGS))
+    with pytest.raises(TemplateError):
+        render(ChatTemplate.from_source("{{ messages[0].clear() }}"), msgs)
+    assert msgs == MSGS
+
+
+def test_ordinary_loops_still_render(short_budget: float) -> None:
+    """The loop guard changes nothing for real templates: loop.length/last, else, filters."""
+    src = (
+        "{% for m in messages if m.role != 'system' %}{{ loop.index }}/{{ loop.length }}:"
+        "{{ m.content }}{% if not loop.last %},{% endif %}{% else %}none{% endfor %}"
+        "|{% for i in [3, 1, 2]|sort %}{{ i }}{% endfor %}|{% for x in [] %}x{% else %}e{% endfor %}"
+    )
+    assert render(ChatTemplate.from_source(src), MSGS) == "1/2:hi,2/2:hello|123|e"
+
+
+def test_cli_refuses_an_evil_template_in_one_line(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "evil.jinja").write_text("{{ cycler.__init__.__globals__.os.popen('id').read() }}")
+    (tmp_path / "chat.json").write_text(json.dumps({"messages": MSGS}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DOJO_DEBUG", raising=False)
+    r = cli("chat-template", "render", "--template", "evil.jinja", "--messages", "chat.json")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr.startswith("error: template 'evil.jinja' was refused by the sandbox")
+    assert "Traceback" not in r.stderr and r.stderr.count("error:") == 1
+
+
+# ---- the launch is an argument list ---------------------------------------------------------
+
+EVIL = "/tmp/dojo sec/$(touch PWNED); rm -rf ~ `id` && echo 'x'"
+
+
+def test_build_command_keeps_hostile_strings_as_single_items() -> None:
+    cfg = TrainConfig(hostfile=EVIL + "/hosts", num_nodes=2, master_addr="10.0.0.1; reboot")
+    argv = launch.build_command(cfg, EVIL, Devices("cuda", ()), 29500, python="/usr/bin/python3")
+    assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+    assert EVIL + "/hosts" in argv and "10.0.0.1; reboot" in argv
+    assert argv[argv.index("--config") + 1] == EVIL + "/train.json"
+    assert shlex.split(launch.format_command(argv)) == argv  # display round-trips exactly
+
+
+def test_run_never_uses_a_shell(tmp_path: Path) -> None:
+    """launch.run executes the list as is: $(...), ; and spaces reach the child verbatim."""
+    target = tmp_path / "a b; touch PWNED $(touch PWNED2)"
+    script = "import sys, pathlib; pathlib.Path(sys.argv[1]).write_text(sys.argv[1])"
+    rc = launch.run([sys.executable, "-c", script, str(target)], cwd=str(tmp_path))
+    assert rc == 0
+    assert target.read_text() == str(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]  # nothing else ran
+
+
+def test_cli_train_argv_with_hostile_paths(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through `dojo train`: the output folder and data path with $(...), ; and spaces stay
+    single argv items and single JSON strings, and no shell ever runs them."""
+    import dojo.train.run
+
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "chats $(touch PWNED); x.jsonl"
+    data.write_text(json.dumps({"messages": MSGS}) + "\n")
+    out = tmp_path / "run dir; $(touch PWNED) `touch PWNED2`"
+    seen: list[list[str]] = []
+
+    def fake_run(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> int:
+        seen.append(cmd)
+        return 0
+
+    monkeypatch.setattr(dojo.train.run.launch, "run", fake_run)
+    monkeypatch.setattr(dojo.train.run, "_prepare_model", lambda p, d: ("tiny", "tiny"))
+    r = cli("train", "--nproc", "2", "--data", str(data), "--output-dir", str(out))
+    assert r.exit_code == 0, r.stderr
+    (argv,) = seen
+    assert argv[argv.index("--config") + 1] == str(out / "train.json")
+    record = json.loads((out / "train.json").read_text())
+    assert record["data"] == [str(data)] and record["run_dir"] == str(out)
+    assert not list(tmp_path.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+    launched = r.stderr.split("launch: ", 1)[1].splitlines()[0]
+    assert shlex.split(launched)[-len(argv) :] == argv  # the printed line is the exact argv
+
+
+def test_no_shell_true_and_no_pickle_in_dojo() -> None:
+    """Guards for reviewers: subprocesses take lists, and nothing unpickles user files."""
+    root = Path(__file__).resolve().parent.parent / "dojo"
+    for path in root.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for banned in ("shell=True", "os.system(", "os.popen(", "pickle.load", "torch.load("):
+            assert banned not in text, f"{path.name} uses {banned}"
+
+
+# ---- trust_remote_code ----------------------------------------------------------------------
+
+
+def test_trust_remote_code_is_off_by_default(cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert TrainConfig().trust_remote_code is False
+    r = cli("train", "--nproc", "1", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    record = json.loads(r.stdout.split("\n", 1)[1])["train"]
+    assert record["trust_remote_code"] is False
+    assert "trust-remote-code" not in r.stderr
+
+
+def test_trust_remote_code_on_says_so(cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = cli("train", "--nproc", "1", "--dry-run", "--trust-remote-code")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout.split("\n", 1)[1])["train"]["trust_remote_code"] is True
+    assert "warning: --trust-remote-code is ON" in r.stderr
+
+
+def test_trust_remote_code_is_not_a_silent_yaml_default(tmp_path: Path) -> None:
+    """The shipped presets never turn it on."""
+    from dojo.paths import templates_dir
+
+    for preset in (templates_dir() / "train").glob("*.yaml"):
+        assert "trust_remote_code: true" not in preset.read_text().lower(), preset.name
+
+
+def test_subprocess_list_form_is_what_popen_gets(monkeypatch: pytest.MonkeyPatch) -> None:
+    captured: dict[str, object] = {}
+
+    class FakePopen:
+        def __init__(self, cmd: object, **kw: object) -> None:
+            captured["cmd"], captured["kw"] = cmd, kw
+            self.pid = 999_999_999  # no such process group: the reaper finds nothing
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakePopen)
+    assert launch.run(["python", EVIL]) == 0
+    assert captured["cmd"] == ["python", EVIL]
+    assert not captured["kw"].get("shell")  # type: ignore[attr-defined]

@@ -1,0 +1,236 @@
+"""Issue 7, faults: `dojo train --nproc 2` (real DeepSpeed launcher, 2 CPU ranks) killed and resumed.
+
+Slow (about 2 minutes on 2 cores: four small runs of the embedded default). One uninterrupted
+reference run, one run whose rank 0 gets SIGKILL right after its first complete checkpoint, its
+--resume, and one run stopped with SIGINT. Asserted: every process gone within seconds, the last
+complete checkpoint intact and the one resumed from (a half-written later one is skipped), the
+resumed run ending at the same step with the same losses as the reference, exit 130 on Ctrl-C.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dojo.train import checkpoints
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 60  # ~8 s of training: a wide window to kill in, yet a small run
+SAVE = 5
+EXIT_WITHIN_S = 20.0  # "within seconds", with margin for a loaded 2-core CI box
+ARGS = ["--nproc", "2", "--seq-len", "256", "--micro-batch", "4", "--seed", "7"]
+ARGS += ["--max-steps", str(STEPS), "--save-steps", str(SAVE), "--save-total-limit", "3"]
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("DS_ACCELERATOR", "LOCAL_SIZE")}
+
+
+def _start(out: Path, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """dojo train in the background, output to a log file (a pipe nobody reads could block it)."""
+    log = out.with_name(out.name + ".log")
+    cmd = [sys.executable, "-m", "dojo", "train", "--output-dir", str(out), *ARGS, *extra]
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=f, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def _train(out: Path, *extra: str) -> str:
+    proc, log = _start(out, *extra)
+    try:
+        rc = proc.wait(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text(errors="replace")
+    assert rc == 0, text[-4000:]
+    return text
+
+
+def _run_processes(out: Path) -> dict[int, list[str]]:
+    """pid -> argv of every live process whose command line names this run's folder."""
+    found = {}
+    needle = str(out.resolve())
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(needle in a for a in argv):
+            found[int(proc.name)] = argv
+    return found
+
+
+def _ranks(out: Path) -> dict[int, int]:
+    """local rank -> pid of the worker processes."""
+    ranks = {}
+    for pid, argv in _run_processes(out).items():
+        if "dojo.train.worker" in argv:
+            rank = next((a.split("=", 1)[1] for a in argv if a.startswith("--local_rank=")), None)
+            if rank is not None:
+                ranks[int(rank)] = pid
+    return ranks
+
+
+def _wait_for(pred: Any, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _losses(ckpt: Path) -> dict[int, float]:
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    return {h["step"]: h["loss"] for h in state["log_history"] if "loss" in h}
+
+
+@dataclass
+class Killed:
+    out: Path
+    log: str
+    rc: int
+    killed_rank: int
+    seconds_to_all_gone: float
+    last_complete: Path
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("faults") / "reference"
+    _train(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory) -> Killed:
+    """SIGKILL rank 0 (the rank that writes checkpoint markers) right after checkpoint-5."""
+    out = tmp_path_factory.mktemp("faults") / "run"
+    proc, log = _start(out)
+    try:
+        _wait_for(lambda: checkpoints.latest_complete(out) is not None, 300, "a checkpoint")
+        ranks = _ranks(out)
+        assert set(ranks) == {0, 1}, ranks
+        os.kill(ranks[0], signal.SIGKILL)
+        t0 = time.monotonic()
+        rc = proc.wait(timeout=120)
+        _wait_for(lambda: not _run_processes(out), 60, "every process of the run to end")
+        gone = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    latest = checkpoints.latest_complete(out)
+    assert latest is not None
+    return Killed(out, log.read_text(errors="replace"), rc, 0, gone, latest)
+
+
+def test_kill_stops_every_process_within_seconds(killed: Killed) -> None:
+    assert killed.rc not in (0, 130), killed.log[-3000:]
+    assert killed.seconds_to_all_gone < EXIT_WITHIN_S, killed.seconds_to_all_gone
+    assert "error: training failed (launcher exit code" in killed.log
+    assert "can be continued with --resume" in killed.log
+    assert "Traceback" not in killed.log.split("error: training failed")[1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="GAP (issue 7, for the train owner): nobody names the rank that died. DeepSpeed's "
+    "launch.py logs '<cmd> exits with return code = -9' with the LAST spawned rank's cmd (a "
+    "closure over the loop variable), so killing rank 0 is reported as '--local_rank=1'; dojo "
+    "(dojo/train/run.py:main, launch.run) prints only the launcher exit code.",
+)
+def test_kill_names_the_rank_that_died(killed: Killed) -> None:
+    def named(rank: int) -> list[str]:
+        pat = re.compile(rf"(?<![\w-])(local_)?rank[ =:]*{rank}\b", re.IGNORECASE)
+        death = re.compile(r"died|killed|SIGKILL|signal 9|-9\b|exit", re.IGNORECASE)
+        return [ln for ln in killed.log.splitlines() if pat.search(ln) and death.search(ln)]
+
+    assert named(killed.killed_rank), "no line says which rank died"
+    assert not named(1 - killed.killed_rank), "the surviving rank is reported as the dead one"
+
+
+def test_last_complete_checkpoint_is_intact(killed: Killed) -> None:
+    from safetensors.torch import load_file
+
+    ckpt = killed.last_complete
+    step = int(ckpt.name.split("-")[1])
+    assert step % SAVE == 0 and 0 < step < STEPS
+    marker = checkpoints.read_marker(ckpt)
+    assert marker["step"] == step and marker["world_size"] == 2
+    assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == step
+    shards = {p.name for p in (ckpt / f"global_step{step}").iterdir()}
+    assert {f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in (0, 1)} <= shards
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= {p.name for p in ckpt.iterdir()}
+    tensors = load_file(ckpt / "adapter_model.safetensors")
+    assert tensors and all(t.isfinite().all() for t in tensors.values())
+
+
+@pytest.fixture(scope="module")
+def resumed(killed: Killed) -> tuple[Killed, str, Path]:
+    """Leave a half-written next checkpoint (as a kill during a save would), then --resume."""
+    out = killed.out
+    step = int(killed.last_complete.name.split("-")[1])
+    partial = out / f"checkpoint-{step + SAVE}"
+    if not partial.exists():
+        partial.mkdir()
+        data = (killed.last_complete / "adapter_model.safetensors").read_bytes()
+        (partial / "adapter_model.safetensors").write_bytes(data[: len(data) // 2])
+    log = _train(out, "--resume")
+    return killed, log, partial
+
+
+def test_resume_skips_the_half_written_checkpoint(resumed: tuple[Killed, str, Path]) -> None:
+    killed, log, partial = resumed
+    assert f"resuming from {killed.last_complete}" in log
+    # The resumed run rewrote that step in full: every checkpoint left is complete.
+    assert all(done for _, _, done in checkpoints.list_checkpoints(killed.out))
+    assert (partial / checkpoints.MARKER).is_file() or not partial.exists()
+
+
+def test_resume_matches_the_uninterrupted_run(
+    resumed: tuple[Killed, str, Path], reference: Path
+) -> None:
+    killed, _, _ = resumed
+    ref = json.loads((reference / "dojo_summary.json").read_text())
+    got = json.loads((killed.out / "dojo_summary.json").read_text())
+    assert got["resumed_from"] == str(killed.last_complete)
+    assert got["steps"] == ref["steps"] == STEPS
+    assert got["loss_last"] == pytest.approx(ref["loss_last"], rel=1e-5, abs=1e-6)
+    # Every logged loss after the resume point, not just the last one.
+    step = int(killed.last_complete.name.split("-")[1])
+    ref_losses = _losses(reference / f"checkpoint-{STEPS}")
+    got_losses = _losses(killed.out / f"checkpoint-{STEPS}")
+    after = [s for s in ref_losses if s > step]
+    assert after and [got_losses[s] for s in after] == pytest.approx(
+        [ref_losses[s] for s in after], rel=1e-5, abs=1e-6
+    )
+
+
+def test_ctrl_c_exits_130_and_leaves_no_process(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc, log = _start(out, "--max-steps", "100000")  # flags repeat: the last one wins
+    try:
+        _wait_for(lambda: len(_ranks(out)) == 2, 300, "both ranks")
+        _wait_for(lambda: "step 2/" in log.read_text(errors="replace"), 300, "training steps")
+        proc.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
+        t0 = time.monotonic()
+        rc = proc.wait(timeout=120)
+        _wait_for(lambda: not _run_processes(out), 60, "every process of the run to end")
+        gone = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text(errors="replace")
+    assert rc == 130, text[-3000:]
+    assert gone < EXIT_WITHIN_S, gone
+    assert "interrupted: every process of the run was stopped" in text
