@@ -131,6 +131,7 @@ def killed(tmp_path_factory: pytest.TempPathFactory) -> Killed:
             proc.kill()
     latest = checkpoints.latest_complete(out)
     assert latest is not None
+    print(f"\nfaults: SIGKILL rank 0 -> every process gone in {gone:.1f} s, exit {rc}")  # -s
     return Killed(out, log.read_text(errors="replace"), rc, 0, gone, latest)
 
 
@@ -155,6 +156,7 @@ def test_kill_names_the_rank_that_died(killed: Killed) -> None:
         death = re.compile(r"died|killed|SIGKILL|signal 9|-9\b|exit", re.IGNORECASE)
         return [ln for ln in killed.log.splitlines() if pat.search(ln) and death.search(ln)]
 
+    print("\n".join(ln for ln in killed.log.splitlines() if "return code" in ln)[-600:])
     assert named(killed.killed_rank), "no line says which rank died"
     assert not named(1 - killed.killed_rank), "the surviving rank is reported as the dead one"
 
@@ -231,6 +233,7 @@ def test_ctrl_c_exits_130_and_leaves_no_process(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     text = log.read_text(errors="replace")
+    print(f"\nfaults: SIGINT -> exit {rc}, every process gone in {gone:.1f} s")  # shown with -s
     assert rc == 130, text[-3000:]
     assert gone < EXIT_WITHIN_S, gone
     assert "interrupted: every process of the run was stopped" in text
