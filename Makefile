@@ -15,7 +15,7 @@ install-train:
 	$(PIP) install -q -e '.[dev,train]'
 
 demo: install-train
-	dojo train --nproc 2 --method full --lr 1e-3 --epochs 4 --output-dir runs/demo --force
+	$(PY) -m dojo train --nproc 2 --method full --lr 1e-3 --epochs 4 --output-dir runs/demo --force
 
 test: install-train
 	$(PY) -m pytest -q --runslow -m "not gpu"
