@@ -91,7 +91,9 @@ def main() -> None:
         tok.pad_token = tok.eos_token
     rows = [json.loads(line) for line in Path(a.data).read_text().splitlines() if line.strip()]
     ds = [tokenize(tok, r["messages"], a.seq_len) for r in rows]
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(
+        a.model, dtype=torch.bfloat16, attn_implementation="sdpa"
+    )
     args = TrainingArguments(
         output_dir=a.out,
         per_device_train_batch_size=a.micro_batch,

@@ -106,7 +106,22 @@ def make_data(path: Path, n: int = 2000) -> Path:
     import random
 
     rng = random.Random(0)
-    words = "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega river stone cloud".split()
+    words = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "epsilon",
+        "zeta",
+        "theta",
+        "kappa",
+        "lambda",
+        "sigma",
+        "omega",
+        "river",
+        "stone",
+        "cloud",
+    ]
     with path.open("w") as f:
         for _ in range(n):
             q = " ".join(rng.choice(words) for _ in range(rng.randint(40, 120)))
@@ -137,7 +152,9 @@ class Sampler:
                 self.gpu_mib = max(self.gpu_mib, used)
             except (IndexError, ValueError):
                 pass
-            self.host_peak = max(self.host_peak, self._psutil.virtual_memory().used - self.host_base)
+            self.host_peak = max(
+                self.host_peak, self._psutil.virtual_memory().used - self.host_base
+            )
             self._stop.wait(0.05)
 
     def __enter__(self) -> "Sampler":
@@ -169,7 +186,9 @@ def run_row(row: Row, model: Path, data: Path, out: Path, gpu_gib: float) -> dic
     ]  # fmt: skip
     t0 = time.time()
     with Sampler() as s:
-        p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "DOJO_DEBUG": "1"})
+        p = subprocess.run(
+            cmd, capture_output=True, text=True, env={**os.environ, "DOJO_DEBUG": "1"}
+        )
     log = p.stdout + p.stderr
     (out / f"{run_dir.name}.log").write_text(log)
     oom = "out of memory" in log.lower() or "OutOfMemoryError" in log

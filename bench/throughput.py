@@ -28,14 +28,31 @@ from dojo.modelspec import resolve_model  # noqa: E402
 
 PEAK_BF16 = 989e12
 """H200 SXM dense bf16 FLOP/s (NVIDIA datasheet; the same Hopper tensor cores as the H100)."""
-WORDS = "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega river stone cloud".split()
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "theta",
+    "kappa",
+    "lambda",
+    "sigma",
+    "omega",
+    "river",
+    "stone",
+    "cloud",
+]
 
 
 def _conv(rng: random.Random, n_words: int, q: int | None = None) -> dict[str, object]:
     q = q or max(4, n_words // 4)
     user = " ".join(rng.choice(WORDS) for _ in range(q))
     answer = " ".join(rng.choice(WORDS) for _ in range(max(4, n_words - q)))
-    return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]}
+    return {
+        "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+    }
 
 
 def make_datasets(work: Path, seq_len: int) -> dict[str, Path]:
@@ -65,7 +82,11 @@ def run_dojo(model: Path, data: Path, out: Path, a: argparse.Namespace, extra: l
     p = subprocess.run(cmd, capture_output=True, text=True)
     (out.parent / f"{out.name}.log").write_text(p.stdout + p.stderr)
     s = json.loads((out / "dojo_summary.json").read_text()) if p.returncode == 0 else {}
-    return {"rc": p.returncode, **s, "tail": "" if p.returncode == 0 else (p.stdout + p.stderr)[-1500:]}
+    return {
+        "rc": p.returncode,
+        **s,
+        "tail": "" if p.returncode == 0 else (p.stdout + p.stderr)[-1500:],
+    }
 
 
 def run_baseline(model: Path, data: Path, out: Path, a: argparse.Namespace) -> dict:
@@ -79,7 +100,11 @@ def run_baseline(model: Path, data: Path, out: Path, a: argparse.Namespace) -> d
     (out.parent / f"{out.name}.log").write_text(p.stdout + p.stderr)
     f = out / "baseline_summary.json"
     s = json.loads(f.read_text()) if f.exists() else {}
-    return {"rc": p.returncode, **s, "tail": "" if p.returncode == 0 else (p.stdout + p.stderr)[-1500:]}
+    return {
+        "rc": p.returncode,
+        **s,
+        "tail": "" if p.returncode == 0 else (p.stdout + p.stderr)[-1500:],
+    }
 
 
 def main() -> None:
@@ -111,7 +136,9 @@ def main() -> None:
                 else:
                     r = run_baseline(model, path, out, a)
                 tps = r.get("tokens_per_s_after_step1") or 0.0
-                t_eff = a.seq_len if name == "fixed" else float(r.get("mean_sample_tokens_sq", 0) or 0)
+                t_eff = (
+                    a.seq_len if name == "fixed" else float(r.get("mean_sample_tokens_sq", 0) or 0)
+                )
                 row = {
                     "dataset": name,
                     "system": system,
@@ -119,7 +146,9 @@ def main() -> None:
                     "rc": r["rc"],
                     "real_tokens_per_s": round(tps),
                     "mfu_6n": round(tps * 6 * spec.params / PEAK_BF16, 4),
-                    "mfu": round(tps * flops_per_token(spec, t_eff) / PEAK_BF16, 4) if t_eff else None,
+                    "mfu": round(tps * flops_per_token(spec, t_eff) / PEAK_BF16, 4)
+                    if t_eff
+                    else None,
                     "peak_alloc_gib": r.get("peak_allocated_gib_after_step1"),
                     "peak_reserved_gib": r.get("peak_reserved_gib_after_step1"),
                     "tail": r["tail"],

@@ -77,7 +77,9 @@ def check_messages(msgs: Any) -> list[Message]:
     out: list[Message] = []
     for i, m in enumerate(msgs):
         if not isinstance(m, dict):
-            raise DataError(f"message {i} is {type(m).__name__}, not an object with role and content")
+            raise DataError(
+                f"message {i} is {type(m).__name__}, not an object with role and content"
+            )
         role = m.get("role")
         if role not in ROLES:
             raise DataError(

@@ -90,6 +90,7 @@ class Calibration:
         if offload != "none":
             return self.allocator_slack_offload
         return self.allocator_slack if method == "full" else self.allocator_slack_adapter
+
     kappa: float = 0.0
     """Transient flatten copy of a gradient bucket during reduction, in buckets (sec 2.4: 0-1).
     Measured 0 on the H200: ZeRO-0 vs ZeRO-2 and the overlap/bucket deltas leave no room for it

@@ -44,7 +44,9 @@ def parse_gpus(spec: str, present: list[int]) -> tuple[int, ...]:
     text = spec.strip()
     if text == "all":
         if not present:
-            raise LaunchError("--gpus all: no NVIDIA GPU found", hint="on a CPU machine use --nproc N")
+            raise LaunchError(
+                "--gpus all: no NVIDIA GPU found", hint="on a CPU machine use --nproc N"
+            )
         return tuple(sorted(present))
     if not text:
         raise LaunchError("--gpus is empty", hint=hint)

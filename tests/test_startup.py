@@ -6,7 +6,15 @@ import sys
 
 import pytest
 
-HEAVY = ["torch", "transformers", "deepspeed", "datasets", "peft", "bitsandbytes", "accelerate"]  # pydantic: typer 0.29 loads it itself
+HEAVY = [
+    "torch",
+    "transformers",
+    "deepspeed",
+    "datasets",
+    "peft",
+    "bitsandbytes",
+    "accelerate",
+]  # pydantic: typer 0.29 loads it itself
 
 PROBE = """
 import sys, json
@@ -22,7 +30,9 @@ print("\\n" + json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in %r)
 
 def _loaded(*args: str) -> list[str]:
     code = PROBE % (HEAVY + ["jinja2", "rich", "yaml"],)
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

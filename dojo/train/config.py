@@ -281,7 +281,15 @@ def validate(cfg: TrainConfig) -> list[str]:
         p.append(f"--output-dir {cfg.output_dir!r}: must be a folder path")
     if not isinstance(cfg.lora_targets, str) or not cfg.lora_targets.strip():
         p.append(f"--lora-targets {cfg.lora_targets!r}: give module names or all-linear")
-    for name in ("grad_ckpt", "packing", "resume", "trust_remote_code", "merge", "overlap_comm", "save_model"):
+    for name in (
+        "grad_ckpt",
+        "packing",
+        "resume",
+        "trust_remote_code",
+        "merge",
+        "overlap_comm",
+        "save_model",
+    ):
         if not isinstance(getattr(cfg, name), bool):
             p.append(f"{name}: {getattr(cfg, name)!r} must be true or false")
     if p:

@@ -10,7 +10,7 @@ from typing import Any
 
 from dojo import _io, _output
 from dojo.errors import LaunchError
-from dojo.train import checkpoints, launch, preflight
+from dojo.train import checkpoints, launch, preflight, rank_status
 from dojo.train import config as train_config
 from dojo.train.config import TrainConfig
 from dojo.train.preflight import Plan
@@ -212,10 +212,19 @@ def main(config_path: Path | None, flags: dict[str, Any], *, force: bool, dry_ru
     if p.resume_from:
         _output.info(f"resuming from {p.resume_from}")
     _output.info("launch: " + launch.format_command(cmd, env if p.devices.kind == "cpu" else None))
+    rank_status.clear(run_dir)
     rc = launch.run(cmd, env)
     if rc == 130:
         _output.info("interrupted: every process of the run was stopped")
     elif rc != 0:
+        dead = rank_status.describe_failure(run_dir)
+        for line in dead:
+            _output.info(line)
+        if dead:
+            _output.info(
+                "(DeepSpeed's 'exits with return code' line names the last rank it started, "
+                "not necessarily the one that failed)"
+            )
         _output.error(
             f"training failed (launcher exit code {rc})",
             f"see the rank output above; complete checkpoints in {run_dir} can be continued with --resume",

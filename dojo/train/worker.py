@@ -21,7 +21,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
 
-from dojo.train import worker_data
+from dojo.train import rank_status, worker_data
 from dojo.train.worker_callbacks import (
     CheckpointMarker,
     Measures,
@@ -253,6 +253,23 @@ def write_summary(trainer: Trainer, measures: Measures, run: dict[str, Any]) -> 
     print0(f"summary: {path}")
 
 
+def _record_rank_state(run: dict[str, Any]) -> int:
+    """rank-N.json = "running"; the launcher's SIGTERM/SIGINT becomes "stopped" (see rank_status)."""
+    import signal
+
+    rank = int(os.environ.get("RANK", "0"))
+    rank_status.write(run["run_dir"], rank, "running")
+
+    def stopped(signum: int, frame: Any) -> None:
+        rank_status.write(run["run_dir"], rank, "stopped", signal=signum)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, stopped)
+    signal.signal(signal.SIGINT, stopped)
+    return rank
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="dojo.train.worker")
     ap.add_argument("--config", required=True, help="run_dir/train.json written by `dojo train`")
@@ -265,6 +282,19 @@ def main(argv: list[str] | None = None) -> int:
     # "Loading weights" / "Writing model shards" bars would repeat once per rank.
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     run = load_run(args.config)
+    rank = _record_rank_state(run)
+    try:
+        rc = train(run)
+    except BaseException as e:
+        if not isinstance(e, SystemExit) or e.code not in (0, None):
+            rank_status.write(run["run_dir"], rank, f"failed: {type(e).__name__}: {e}"[:500])
+        raise
+    rank_status.write(run["run_dir"], rank, "done")
+    return rc
+
+
+def train(run: dict[str, Any]) -> int:
+    """Steps 3-8 of the recipe: model, LoRA, data, Trainer, train, save, summary."""
     weights = materialize_random_weights(run)
     if run["device"] == "cpu":
         allow_deepspeed_on_cpu()
