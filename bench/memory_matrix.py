@@ -15,6 +15,7 @@ recorded as OOM. The estimate is dojo.estimate.estimate() with the same Setup.
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -101,33 +102,42 @@ def prepare_model(shape: str, root: Path) -> Path:
     return folder
 
 
+# Words the bundled tiny tokenizer splits into a few tokens each (it was trained on the demo chats).
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "theta",
+    "kappa",
+    "lambda",
+    "sigma",
+    "omega",
+    "river",
+    "stone",
+    "cloud",
+]
+
+
+def synthetic_chat(rng: random.Random, n_words: int, q: int | None = None) -> dict[str, object]:
+    """One user/assistant exchange of n_words words; the prompt is q words (default a quarter)."""
+    q = q or max(4, n_words // 4)
+    user = " ".join(rng.choice(WORDS) for _ in range(q))
+    answer = " ".join(rng.choice(WORDS) for _ in range(max(4, n_words - q)))
+    return {
+        "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+    }
+
+
 def make_data(path: Path, n: int = 2000) -> Path:
     """Synthetic chats of a few hundred tokens each; packing fills every row to --seq-len."""
-    import random
-
     rng = random.Random(0)
-    words = [
-        "alpha",
-        "beta",
-        "gamma",
-        "delta",
-        "epsilon",
-        "zeta",
-        "theta",
-        "kappa",
-        "lambda",
-        "sigma",
-        "omega",
-        "river",
-        "stone",
-        "cloud",
-    ]
     with path.open("w") as f:
         for _ in range(n):
-            q = " ".join(rng.choice(words) for _ in range(rng.randint(40, 120)))
-            a = " ".join(rng.choice(words) for _ in range(rng.randint(80, 240)))
-            msgs = [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
-            f.write(json.dumps({"messages": msgs}) + "\n")
+            q, a = rng.randint(40, 120), rng.randint(80, 240)
+            f.write(json.dumps(synthetic_chat(rng, q + a, q=q)) + "\n")
     return path
 
 

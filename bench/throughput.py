@@ -21,48 +21,25 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from memory_matrix import prepare_model  # noqa: E402
+from memory_matrix import prepare_model, synthetic_chat  # noqa: E402
 
 from dojo.architectures import ARCHITECTURES  # noqa: E402
 from dojo.modelspec import resolve_model  # noqa: E402
 
 PEAK_BF16 = 989e12
 """H200 SXM dense bf16 FLOP/s (NVIDIA datasheet; the same Hopper tensor cores as the H100)."""
-WORDS = [
-    "alpha",
-    "beta",
-    "gamma",
-    "delta",
-    "epsilon",
-    "zeta",
-    "theta",
-    "kappa",
-    "lambda",
-    "sigma",
-    "omega",
-    "river",
-    "stone",
-    "cloud",
-]
-
-
-def _conv(rng: random.Random, n_words: int, q: int | None = None) -> dict[str, object]:
-    q = q or max(4, n_words // 4)
-    user = " ".join(rng.choice(WORDS) for _ in range(q))
-    answer = " ".join(rng.choice(WORDS) for _ in range(max(4, n_words - q)))
-    return {
-        "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
-    }
 
 
 def make_datasets(work: Path, seq_len: int) -> dict[str, Path]:
     rng = random.Random(0)
     fixed, mix = work / "fixed.jsonl", work / "mix.jsonl"
-    fixed.write_text("".join(json.dumps(_conv(rng, seq_len * 2, q=40)) + "\n" for _ in range(600)))
+    fixed.write_text(
+        "".join(json.dumps(synthetic_chat(rng, seq_len * 2, q=40)) + "\n" for _ in range(600))
+    )
     # log-normal: median ~350 words, clipped to 20..3000 (SFT sets are dominated by short turns
     # with a long tail; ShareGPT-like).
     lens = [int(min(3000, max(20, rng.lognormvariate(math.log(350), 1.0)))) for _ in range(3000)]
-    mix.write_text("".join(json.dumps(_conv(rng, n)) + "\n" for n in lens))
+    mix.write_text("".join(json.dumps(synthetic_chat(rng, n)) + "\n" for n in lens))
     return {"fixed": fixed, "mix": mix}
 
 
