@@ -215,7 +215,7 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 def _looks_like_path(ref: str) -> bool:
-    return ref.startswith((".", "/", "~")) or ref.endswith(".json") or ref.count("/") > 1
+    return ref.startswith((".", "/", "~")) or ref.endswith((".json", "/")) or ref.count("/") > 1
 
 
 def _from_path(path: Path, ref: str) -> ModelSpec:

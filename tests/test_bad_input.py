@@ -193,6 +193,7 @@ TRAIN = [
     c("train", "--data", "broken_line.jsonl", expect="--data broken_line.jsonl:2: not valid JSON"),
     c("train", "--data", "bad_array.json", expect="--data bad_array.json:3: not valid JSON"),
     c("train", "--model", "./nosuch-model", expect="--model ./nosuch-model: no such folder"),
+    c("train", "--model", "nosuch-dir/", expect="--model nosuch-dir/: no such folder"),
     c("train", "--model", "ok_msgs.json", expect="is a file; dojo train needs the model folder"),
     c("train", "--model", "./badmodel", expect="is not valid JSON: Expecting value at line 2"),
     c("train", "--model", "./notamodel", expect="folder has no config.json"),

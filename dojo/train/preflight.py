@@ -106,7 +106,7 @@ def resolve_model(cfg: TrainConfig) -> tuple[str, Any]:
                 hint="point --model at the folder holding config.json (and the weights)",
             )
         return "local", _resolve(str(path))
-    if ref.startswith((".", "/", "~")) or ref.count("/") != 1:
+    if ref.startswith((".", "/", "~")) or ref.endswith("/") or ref.count("/") != 1:
         raise LaunchError(
             f"--model {ref}: no such folder",
             hint="give a local model folder (with config.json) or a Hub id like org/name",
