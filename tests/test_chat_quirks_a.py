@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_chat_templates_public import SIDECAR_KEYS  # one definition of the sidecar format
 
 from dojo.chat_template import render
 from dojo.errors import DojoError, TemplateError
@@ -35,17 +36,6 @@ NAMES = (
     "mistral-7b-instruct-v0.2",
     "mistral-nemo-instruct-2407",
 )
-SIDECAR_KEYS = {
-    "family",
-    "model",
-    "revision_note",
-    "official",
-    "bos_token",
-    "eos_token",
-    "stop_token",
-    "variables",
-    "supports",
-}
 
 QWEN_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 LLAMA31_HEADER = (
