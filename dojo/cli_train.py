@@ -133,6 +133,14 @@ def train_cmd(
             rich_help_panel=_OPT,
         ),
     ] = None,
+    compile: Annotated[
+        str | None,
+        typer.Option(
+            "--compile",
+            help="torch.compile each decoder layer: auto (on with CUDA), on, off [default: off]",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
     save_model: Annotated[
         bool | None,
         typer.Option(

@@ -394,7 +394,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     activations, logits = activation_bytes(spec, s)
     comm_current, comm_docs = _comm(spec, s, p_t, rbs)
     # --- host RAM per node ---
-    c = _cpu(spec, s, p_t, stored, cal)
+    c = _cpu(spec, s, p_t, largest_t, stored, cal)
     if c["nvme"]:
         notes.append(f"NVMe holds {c['nvme'] / GIB:.1f} GiB per node")
     return MemoryEstimate(
@@ -419,7 +419,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         cpu_buffers=c["buffers"],
         cpu_load=c["load"],
         cpu_process=c["process"],
-        cpu_pinned_rounded=c["pinned_rounded"],
+        cpu_pinned_rounding=c["pinned_rounding"],
         nvme=c["nvme"],
         notes=tuple(notes),
     )
@@ -444,38 +444,53 @@ def _comm(spec: ModelSpec, s: Setup, p_t: int, rbs: int) -> tuple[int, int]:
     return cur, docs
 
 
-def _cpu(spec: ModelSpec, s: Setup, p_t: int, stored: float, cal: Calibration) -> dict[str, int]:
-    """Host RAM per node: offloaded states (sec 8 'CPU per node'), model load, process baseline."""
+def _cpu(
+    spec: ModelSpec, s: Setup, p_t: int, largest_t: int, stored: float, cal: Calibration
+) -> dict[str, int]:
+    """Host RAM per node: offloaded states (sec 8 'CPU per node'), model load, process baseline.
+
+    Which host buffers DeepSpeed 0.19 pins (torch then rounds each up to a power of two):
+    ZeRO-1/2 offload (stage_1_and_2.py): the fp32 master partition, its fp32 grad, the bf16 copy
+    buffer and a bf16 temp grad of the largest parameter; DeepSpeedCPUAdam's m and v are plain
+    (``zeros_like`` does not pin). ZeRO-3 offload (stage3.py): the bf16 grad partition buffer and
+    one fp32 grad per sub-group; master, m and v are plain.
+    """
     n, g = s.world_size, s.num_gpus
     part = p_t / n
     opt_cpu = s.offload_optimizer == "cpu" or (s.offload_optimizer == "nvme" and s.stage < 3)
     opt_nvme = s.offload_optimizer == "nvme" and s.stage == 3
     params = gradients = optim = buffers = nvme = 0.0
-    pinned = 0
+    pinned: list[float] = []
     if opt_cpu:
         optim = 12 * part  # fp32 master + Adam m, v
         gradients = FP32 * part  # fp32 grad partition
         buffers = BF16 * part  # bf16 copy buffer (ZeRO-1/2) / bf16 grad partition (ZeRO-3)
-        pinned = sum(_ceil_pow2(int(x)) for x in (4 * part, 4 * part, 4 * part, 4 * part, 2 * part))
+        if s.stage < 3:
+            buffers += BF16 * largest_t  # temp_grad_buffer_for_cpu_offload
+            pinned += [FP32 * part, FP32 * part, BF16 * part, BF16 * largest_t]
+        else:
+            full, rest = divmod(part, s.sub_group_size)
+            pinned += [FP32 * s.sub_group_size] * int(full) + [FP32 * rest, BF16 * part]
     elif opt_nvme:
         nvme += g * 16 * part
         # optimizer swap buffers: buffer_count 4 x sub-group tile x fp32 (offload_config.py)
         buffers = 4 * FP32 * min(part, s.sub_group_size) + BF16 * part
-        pinned = _ceil_pow2(int(buffers))
+        pinned.append(buffers)
     if s.offload_param == "cpu":
         params = stored / n
-        pinned += _ceil_pow2(int(params))
+        pinned.append(params)
     elif s.offload_param == "nvme":
         nvme += g * stored / n
         swap = 5 * 100_000_000 * BF16  # buffer_count 5 x buffer_size 1e8, bf16
         buffers += swap
-        pinned += _ceil_pow2(swap)
+        pinned.append(swap)
     # Model load: without zero.Init each rank materialises the bf16 model on CPU before the engine
     # moves it; with zero.Init (ZeRO-3) ranks hold about one layer; QLoRA quantizes onto the GPU.
     if s.stage == 3 or s.method == "qlora":
         load = BF16 * spec.largest_layer_params
     else:
         load = BF16 * spec.params
+    rounding = sum(_ceil_pow2(int(b)) - int(b) for b in pinned if b > 0)
     return {
         "params": int(g * params),
         "gradients": int(g * gradients),
@@ -483,6 +498,6 @@ def _cpu(spec: ModelSpec, s: Setup, p_t: int, stored: float, cal: Calibration) -
         "buffers": int(g * buffers),
         "load": int(g * load),
         "process": int(g * cal.cpu_process_gib * GIB),
-        "pinned_rounded": int(g * max(pinned, params + gradients + optim + buffers)),
+        "pinned_rounding": int(g * rounding),
         "nvme": int(nvme),
     }

@@ -42,7 +42,7 @@ class MemoryEstimate:
     cpu_buffers: int
     cpu_load: int
     cpu_process: int
-    cpu_pinned_rounded: int
+    cpu_pinned_rounding: int
     """Upper bound on the offloaded bytes with each pinned buffer rounded to a power of two."""
     nvme: int
     """Bytes per node kept on NVMe (ZeRO-3 nvme offload)."""
@@ -86,7 +86,9 @@ class MemoryEstimate:
 
     @property
     def cpu_steady(self) -> int:
-        return self.cpu_params + self.cpu_gradients + self.cpu_optimizer_states + self.cpu_buffers
+        """Offloaded states as allocated: the exact bytes plus the pinned blocks' rounding."""
+        exact = self.cpu_params + self.cpu_gradients + self.cpu_optimizer_states + self.cpu_buffers
+        return exact + self.cpu_pinned_rounding
 
     @property
     def cpu_total(self) -> int:
@@ -130,8 +132,8 @@ class MemoryEstimate:
             "optimizer_states": self.cpu_optimizer_states,
             "buffers": self.cpu_buffers,
             "model_load": self.cpu_load,
+            "pinned_rounding": self.cpu_pinned_rounding,
             "overhead": self.cpu_process,
-            "pinned_rounded": self.cpu_process + max(self.cpu_load, self.cpu_pinned_rounded),
         }
 
     def to_dict(self) -> dict[str, Any]:

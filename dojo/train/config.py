@@ -22,6 +22,7 @@ PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 OVERFLOWS = ("truncate", "drop")
 ATTNS = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
 LIGERS = ("auto", "on", "off")
+COMPILES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class TrainConfig:
     """Liger kernels (fused RMSNorm, SwiGLU, RoPE and the linear cross-entropy that never
     materialises the fp32 logits): auto = on when liger-kernel is installed and the run is on
     CUDA; on; off."""
+    compile: str = "off"
+    """torch.compile of each repeated decoder layer (accelerate's regional compilation: one
+    compile reused by every layer, about a minute once): on needs CUDA; auto = on with CUDA;
+    off."""
     save_model: bool = True
     """Write the final model/adapter (off for memory and speed benchmarks)."""
     precision: str = "auto"
@@ -248,6 +253,7 @@ def validate(cfg: TrainConfig) -> list[str]:
     choice("overflow", cfg.overflow, OVERFLOWS)
     choice("attn", cfg.attn, ATTNS)
     choice("liger", cfg.liger, LIGERS)
+    choice("compile", cfg.compile, COMPILES)
     if cfg.bucket_size is not None:
         integer("bucket-size", cfg.bucket_size, 1)
     integer("zero", cfg.zero_stage, 0, 3)

@@ -25,6 +25,7 @@ def plan(cfg: TrainConfig, *, force: bool, present: list[Any] | None = None) -> 
     """Every check, cheapest first; raises one DojoError on the first failure."""
     devices = preflight.resolve_devices(cfg, present)
     preflight.check_extras(cfg, devices)
+    compile_on(cfg, devices)  # --compile on without CUDA: refused before anything is read
     precision = preflight.resolve_precision(cfg, devices)
     kind, spec = preflight.resolve_model(cfg)
     preflight.check_template(cfg, kind)
@@ -51,11 +52,12 @@ def fit_check(
     notes: list[str] = []
     if spec is None or not hasattr(est_mod, "estimate"):
         return None, notes
-    gpu_mem = None
+    gpu_mem = host_mem = None
     if devices.kind == "cuda":
         found = list_gpus() if present is None else present
         mems = [g.memory_gib for g in found if g.index in devices.ids]
         gpu_mem = min(mems) if mems else None
+        host_mem = host_memory_gib()
     setup = est_mod.Setup(
         stage=cfg.zero_stage,
         method=cfg.method,  # type: ignore[arg-type]
@@ -73,17 +75,38 @@ def fit_check(
         attention="eager" if cfg.attn == "eager" else "sdpa",
         liger=liger_on(cfg, devices),
         gpu_memory_gib=gpu_mem,
+        cpu_memory_gib=host_mem,
     )
     est = est_mod.estimate(spec, setup)
     if devices.kind == "cuda" and est.fits is False:
         table = _estimate_table(est)
-        msg = f"this run needs about {est.gpu_total_gib:.1f} GiB per GPU, the GPUs have {gpu_mem:.1f} GiB"
-        hint = "try " + "; ".join(_suggestions(cfg)) + "; or pass --force to launch anyway"
+        gpu_ok = gpu_mem is not None and est.gpu_total_gib <= gpu_mem
+        host = host_mem is not None and est.cpu_total_gib > host_mem and gpu_ok
+        if host:
+            msg = (
+                f"this run needs about {est.cpu_total_gib:.1f} GiB of host RAM (offloaded states, "
+                f"pinned), this machine has {host_mem:.1f} GiB"
+            )
+        else:
+            msg = f"this run needs about {est.gpu_total_gib:.1f} GiB per GPU, the GPUs have {gpu_mem:.1f} GiB"
+        hint = (
+            "try " + "; ".join(_suggestions(cfg, host=host)) + "; or pass --force to launch anyway"
+        )
         if not force:
             _output.info(table)
             raise LaunchError(msg, hint=hint)
         notes.append(f"warning: {msg}; launching anyway (--force)")
     return est, notes
+
+
+def host_memory_gib() -> float | None:
+    """This machine's RAM (the host side of the verdict); None where sysconf cannot tell."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def liger_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
@@ -100,14 +123,31 @@ def liger_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
     return cfg.liger == "on" or importlib.util.find_spec("liger_kernel") is not None
 
 
+def compile_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
+    """Regional torch.compile: Inductor's Triton kernels, so CUDA only (like Liger)."""
+    if cfg.compile == "on" and devices.kind != "cuda":
+        raise LaunchError(
+            "--compile on needs CUDA GPUs (Inductor generates Triton kernels)",
+            hint="use --compile auto or off on a CPU run",
+        )
+    return cfg.compile == "on" or (cfg.compile == "auto" and devices.kind == "cuda")
+
+
 def _estimate_table(est: Any) -> str:
     from dojo import estimate_table
 
     return estimate_table.render_plain([est])
 
 
-def _suggestions(cfg: TrainConfig) -> list[str]:
+def _suggestions(cfg: TrainConfig, *, host: bool = False) -> list[str]:
     out = []
+    if host:  # offloaded states exceed host RAM: shard over more ranks, shrink or stop offloading
+        if cfg.zero_stage < 3:
+            out.append("--zero 3 (pins less host memory)")
+        if cfg.method == "full":
+            out.append("--method lora")
+        out.append("--offload none")
+        return out
     if cfg.zero_stage < 3:
         out.append(f"--zero {cfg.zero_stage + 1}")
     if cfg.offload == "none" and cfg.zero_stage > 0:
@@ -158,6 +198,7 @@ def run_record(p: Plan, run_dir: Path, tokenizer_path: str, model_path: str) -> 
         "lr_resolved": cfg.resolved_lr(),
         "hf_optim": hf_optim(p),
         "liger_resolved": liger_on(cfg, p.devices),
+        "compile_resolved": compile_on(cfg, p.devices),
         "model_kind": p.model_kind,
         "model_path": model_path,
         "tokenizer_path": tokenizer_path,

@@ -100,6 +100,11 @@ def build_training_args(run: dict[str, Any]) -> TrainingArguments:
     prec = run["precision_resolved"]
     save = run["save_steps"] > 0
     os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(run["output_dir"]) / "tensorboard"))
+    compile_ = bool(run.get("compile_resolved"))
+    if compile_:
+        # accelerate then compiles each repeated block in place (compile_regions_deepspeed on the
+        # engine's module): one Inductor compile shared by all layers, DeepSpeed's hooks kept.
+        os.environ["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = "1"
     return TrainingArguments(
         output_dir=run["output_dir"],
         per_device_train_batch_size=run["micro_batch"],
@@ -130,6 +135,7 @@ def build_training_args(run: dict[str, Any]) -> TrainingArguments:
         # Liger: fused RMSNorm/SwiGLU/RoPE and the fused linear cross-entropy that never
         # materialises the fp32 logits (the peak with 128k+ vocabularies).
         use_liger_kernel=bool(run.get("liger_resolved")),
+        torch_compile=compile_,
         remove_unused_columns=False,
         dataloader_num_workers=0,
         dataloader_pin_memory=run["device"] == "cuda",

@@ -142,6 +142,7 @@ class Measures(TrainerCallback):
             "peak_reserved_gib_after_step1",
             "peak_allocated_gib_after_step1",
         )
+        out.update(_host_memory())
         if not torch.cuda.is_available():
             return {**out, **dict.fromkeys(keys)}
         after = _cuda_peaks()
@@ -153,6 +154,24 @@ class Measures(TrainerCallback):
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(vals, op=dist.ReduceOp.MAX)
         return {**out, **dict(zip(keys, (round(v / GIB, 3) for v in vals.tolist()), strict=True))}
+
+
+def _host_memory() -> dict[str, Any]:
+    """This rank's host RAM: peak RSS, and pinned bytes held by torch's CachingHostAllocator
+    (offload buffers; it rounds each block up to a power of two, which the estimate models)."""
+    import resource
+
+    out: dict[str, Any] = {
+        "host_rss_peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
+    }
+    try:
+        stats = torch.cuda.host_memory_stats() if torch.cuda.is_available() else {}
+    except (AttributeError, RuntimeError):  # older torch: no host allocator statistics
+        stats = {}
+    for key in ("allocated_bytes.peak", "active_bytes.peak"):
+        if key in stats:
+            out["host_pinned_" + key.split("_")[0] + "_peak_gib"] = round(stats[key] / GIB, 3)
+    return out
 
 
 def _cuda_peaks() -> dict[str, float]:

@@ -139,6 +139,21 @@ def test_does_not_fit_stops_with_table(cli, model_dir: Path, tmp_path: Path, no_
     assert "--force" in r.stderr.splitlines()[-1]
 
 
+def test_host_ram_too_small_for_offload_stops(
+    cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch
+) -> None:
+    import dojo.train.run
+
+    monkeypatch.setattr(dojo.train.run, "host_memory_gib", lambda: 0.5)
+    args = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")]
+    with _gpus(H200):
+        r = cli(*args, "--zero", "2", "--offload", "cpu")
+    assert r.exit_code == 1
+    assert "GiB of host RAM (offloaded states, pinned), this machine has 0.5 GiB" in r.stderr
+    assert r.stderr.splitlines()[-1].startswith("hint: try --zero 3")
+    assert not (tmp_path / "o").exists()
+
+
 def test_model_without_chat_template(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
     (model_dir / "chat_template.jinja").unlink()
     with _gpus(H200):
