@@ -78,35 +78,42 @@ def fit_check(
         cpu_memory_gib=host_mem,
     )
     est = est_mod.estimate(spec, setup)
-    if devices.kind == "cuda" and est.fits is False:
+    gpu_ok = gpu_mem is None or est.gpu_total_gib <= gpu_mem
+    if devices.kind == "cuda" and not gpu_ok:
         table = _estimate_table(est)
-        gpu_ok = gpu_mem is not None and est.gpu_total_gib <= gpu_mem
-        host = host_mem is not None and est.cpu_total_gib > host_mem and gpu_ok
-        if host:
-            msg = (
-                f"this run needs about {est.cpu_total_gib:.1f} GiB of host RAM (offloaded states, "
-                f"pinned), this machine has {host_mem:.1f} GiB"
-            )
-        else:
-            msg = f"this run needs about {est.gpu_total_gib:.1f} GiB per GPU, the GPUs have {gpu_mem:.1f} GiB"
-        hint = (
-            "try " + "; ".join(_suggestions(cfg, host=host)) + "; or pass --force to launch anyway"
-        )
+        msg = f"this run needs about {est.gpu_total_gib:.1f} GiB per GPU, the GPUs have {gpu_mem:.1f} GiB"
+        hint = "try " + "; ".join(_suggestions(cfg)) + "; or pass --force to launch anyway"
         if not force:
             _output.info(table)
             raise LaunchError(msg, hint=hint)
         notes.append(f"warning: {msg}; launching anyway (--force)")
+    elif host_mem is not None and est.cpu_total_gib > host_mem:
+        # A warning, not a stop: MemTotal can read low on machines whose RAM grows on demand
+        # (memory-balloon VMs), and a cgroup can sit below it.
+        notes.append(
+            f"warning: this run needs about {est.cpu_total_gib:.1f} GiB of host RAM (offloaded "
+            f"states, pinned), this machine reports {host_mem:.1f} GiB; if the kernel kills a rank, "
+            "try " + "; ".join(_suggestions(cfg, host=True))
+        )
     return est, notes
 
 
 def host_memory_gib() -> float | None:
-    """This machine's RAM (the host side of the verdict); None where sysconf cannot tell."""
+    """RAM this machine reports (MemTotal, or a lower cgroup v2/v1 limit); None if unknown."""
+    import contextlib
     import os
 
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (ValueError, OSError, AttributeError):
-        return None
+    sizes: list[float] = []
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            value = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if value.isdigit() and int(value) < 1 << 60:  # "max" / 2^63-ish mean no limit
+            sizes.append(int(value))
+    return min(sizes) / 2**30 if sizes else None
 
 
 def liger_on(cfg: TrainConfig, devices: launch.Devices) -> bool:

@@ -139,19 +139,30 @@ def test_does_not_fit_stops_with_table(cli, model_dir: Path, tmp_path: Path, no_
     assert "--force" in r.stderr.splitlines()[-1]
 
 
-def test_host_ram_too_small_for_offload_stops(
+def test_host_ram_too_small_for_offload_warns(
     cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch
 ) -> None:
+    """A warning, not a stop: MemTotal can read low on VMs whose memory grows on demand."""
     import dojo.train.run
 
     monkeypatch.setattr(dojo.train.run, "host_memory_gib", lambda: 0.5)
     args = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")]
     with _gpus(H200):
-        r = cli(*args, "--zero", "2", "--offload", "cpu")
-    assert r.exit_code == 1
-    assert "GiB of host RAM (offloaded states, pinned), this machine has 0.5 GiB" in r.stderr
-    assert r.stderr.splitlines()[-1].startswith("hint: try --zero 3")
-    assert not (tmp_path / "o").exists()
+        r = cli(*args, "--zero", "2", "--offload", "cpu", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    assert "GiB of host RAM (offloaded states, pinned), this machine reports 0.5 GiB" in r.stderr
+    assert "try --zero 3 (pins less host memory)" in r.stderr
+    monkeypatch.setattr(dojo.train.run, "host_memory_gib", lambda: 64.0)
+    with _gpus(H200):
+        r = cli(*args, "--zero", "2", "--offload", "cpu", "--dry-run")
+    assert "host RAM" not in r.stderr
+
+
+def test_host_memory_is_positive() -> None:
+    import dojo.train.run
+
+    mem = dojo.train.run.host_memory_gib()
+    assert mem is not None and 0.1 < mem < 1 << 20
 
 
 def test_model_without_chat_template(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
