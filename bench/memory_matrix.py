@@ -68,12 +68,21 @@ MATRIX = {
         Row("1b", 2, micro_batch=4, grad_ckpt=True, offload="cpu", extra=("--optimizer", "ds")),
         Row("1b", 2, method="lora", micro_batch=4),
         Row("1b", 2, method="qlora", micro_batch=4, grad_ckpt=True),
+        # Held out: rows 10-14 ran after the constants were calibrated on rows 0-8 (session 2).
+        Row("1b", 3, micro_batch=2, grad_ckpt=True, overlap_comm=False),
+        Row("1b", 1, micro_batch=8, grad_ckpt=True),
+        Row("1b", 2, method="lora", micro_batch=8, grad_ckpt=True),
+        Row("1b", 0, micro_batch=2, seq_len=4096),
+        Row("1b", 2, micro_batch=8, grad_ckpt=True, offload="cpu", extra=("--optimizer", "ds")),
     ],
     "7b": [
         Row("7b", 2, method="lora", micro_batch=4, grad_ckpt=True),
         Row("7b", 3, micro_batch=1, grad_ckpt=True, overlap_comm=True),
         Row("7b", 2, micro_batch=1, grad_ckpt=True),  # expected OOM on one 141 GB GPU
         Row("7b", 3, method="qlora", micro_batch=2, grad_ckpt=True),
+        # Host RAM: pinned fp32 master + grad + bf16 buffer (rounded up to powers of two) and
+        # Adam m, v need about 132 GiB, more than the 128 GiB machine.
+        Row("7b", 2, micro_batch=1, grad_ckpt=True, offload="cpu", extra=("--optimizer", "ds")),
     ],
 }
 
@@ -141,16 +150,25 @@ def make_data(path: Path, n: int = 2000) -> Path:
     return path
 
 
+def host_used() -> int:
+    """MemTotal - MemAvailable, bytes (what the kernel's OOM killer runs out of)."""
+    info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    kb = int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])
+    return kb * 1024
+
+
 class Sampler:
-    """nvidia-smi memory.used (MiB) and host used RAM, sampled every 50 ms in a thread."""
+    """nvidia-smi memory.used (MiB) and host used RAM every 50 ms in a thread. Host watchdog: a
+    run whose host use passes `host_limit` bytes (the machine's RAM minus a margin) is killed
+    (its process group) and marked, before the kernel's OOM killer picks a victim itself."""
 
-    def __init__(self) -> None:
-        import psutil
-
-        self._psutil = psutil
+    def __init__(self, host_limit: float) -> None:
         self.gpu_mib = 0.0
-        self.host_base = psutil.virtual_memory().used
+        self.host_base = host_used()
         self.host_peak = 0
+        self.host_limit = host_limit
+        self.killed_for_host = False
+        self.pgid: int | None = None
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._loop, daemon=True)
 
@@ -162,9 +180,11 @@ class Sampler:
                 self.gpu_mib = max(self.gpu_mib, used)
             except (IndexError, ValueError):
                 pass
-            self.host_peak = max(
-                self.host_peak, self._psutil.virtual_memory().used - self.host_base
-            )
+            now = host_used()
+            self.host_peak = max(self.host_peak, now - self.host_base)
+            if now > self.host_limit and self.pgid is not None and not self.killed_for_host:
+                self.killed_for_host = True
+                os.killpg(self.pgid, 9)
             self._stop.wait(0.05)
 
     def __enter__(self) -> "Sampler":
@@ -182,7 +202,9 @@ def _liger() -> bool:
     return importlib.util.find_spec("liger_kernel") is not None  # dojo's --liger auto on CUDA
 
 
-def run_row(row: Row, model: Path, data: Path, out: Path, gpu_gib: float) -> dict[str, object]:
+def run_row(
+    row: Row, model: Path, data: Path, out: Path, gpu_gib: float, host_gib: float
+) -> dict[str, object]:
     run_dir = out / row.label().replace(" ", "_").replace("=", "")
     cmd = [
         sys.executable, "-m", "dojo", "train", "--gpus", "0", "--model", str(model),
@@ -195,11 +217,18 @@ def run_row(row: Row, model: Path, data: Path, out: Path, gpu_gib: float) -> dic
         "--no-save-model", "--output-dir", str(run_dir), "--force", *row.extra,
     ]  # fmt: skip
     t0 = time.time()
-    with Sampler() as s:
-        p = subprocess.run(
-            cmd, capture_output=True, text=True, env={**os.environ, "DOJO_DEBUG": "1"}
+    host_limit = (host_gib - 3.0) * 2**30  # 3 GiB margin for the OS and this script
+    with Sampler(host_limit) as s:
+        p = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "DOJO_DEBUG": "1"},
+            start_new_session=True,
         )
-    log = p.stdout + p.stderr
+        s.pgid = p.pid
+        log, _ = p.communicate()
     (out / f"{run_dir.name}.log").write_text(log)
     oom = "out of memory" in log.lower() or "OutOfMemoryError" in log
     summary_path = run_dir / "dojo_summary.json"
@@ -209,7 +238,7 @@ def run_row(row: Row, model: Path, data: Path, out: Path, gpu_gib: float) -> dic
         stage=row.stage, method=row.method, micro_batch=row.micro_batch, seq_len=row.seq_len,
         grad_ckpt=row.grad_ckpt, overlap_comm=row.overlap_comm, bucket_size=row.bucket,
         offload_optimizer=row.offload, offload_param="none", lora_dropout=0.0,
-        liger=_liger(), gpu_memory_gib=gpu_gib,
+        liger=_liger(), gpu_memory_gib=gpu_gib, cpu_memory_gib=host_gib,
     )  # fmt: skip
     est = estimate(spec, setup)
     return {
@@ -217,6 +246,10 @@ def run_row(row: Row, model: Path, data: Path, out: Path, gpu_gib: float) -> dic
         "params": {k: getattr(row, k) for k in row.__dataclass_fields__},
         "rc": p.returncode,
         "oom": oom,
+        # killed by the watchdog, or by the kernel's OOM killer (the launcher reports signal 9)
+        "host_oom": s.killed_for_host or (not oom and "return code = -9" in log),
+        "host_rss_peak_gib": summary.get("host_rss_peak_gib"),
+        "host_pinned_peak_gib": summary.get("host_pinned_allocated_peak_gib"),
         "wall_s": round(time.time() - t0, 1),
         "smi_peak_gib": round(s.gpu_mib / 1024, 2),
         "host_peak_gib": round(s.host_peak / 2**30, 2),
@@ -237,6 +270,12 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default="/tmp/dojo-bench")
     ap.add_argument("--only", type=int, nargs="*", help="row indexes to run")
+    ap.add_argument(
+        "--host-gib",
+        type=float,
+        default=128.0,
+        help="the machine's RAM limit (KINDS.md: MemTotal starts low and grows on these VMs)",
+    )
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -249,10 +288,10 @@ def main() -> None:
     for i, row in enumerate(MATRIX[args.shape]):
         if args.only and i not in args.only:
             continue
-        r = run_row(row, model, data, work, gpu_gib)
+        r = run_row(row, model, data, work, gpu_gib, args.host_gib)
         results.append(r)
         print(json.dumps({k: v for k, v in r.items() if k not in ("estimate", "tail")}), flush=True)
-        if r["rc"] != 0 and not r["oom"]:
+        if r["rc"] != 0 and not r["oom"] and not r["host_oom"]:
             print(r["tail"], flush=True)
         Path(args.out).write_text(json.dumps(results, indent=1))
 

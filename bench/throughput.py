@@ -93,32 +93,40 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--datasets", nargs="*", help="fixed and/or mix (default both)")
-    ap.add_argument("--dojo-extra", default="", help="extra `dojo train` flags, space-separated")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=None,
+        help="NAME=extra dojo train flags, repeatable (default: dojo=, the defaults)",
+    )
+    ap.add_argument("--no-baseline", action="store_true")
     a = ap.parse_args()
+    variants = [v.partition("=")[::2] for v in (a.variant or ["dojo="])]
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     model = prepare_model("1b", work)
     spec = resolve_model(str(model / "config.json"))
     assert spec.vocab_size == ARCHITECTURES["llama-3.2-1b"]["vocab_size"]
     data = make_datasets(work, a.seq_len)
+    systems = ([] if a.no_baseline else [("baseline", "")]) + variants
     results = []
     for rep in range(a.repeats):
         for name, path in data.items():
             if a.datasets and name not in a.datasets:
                 continue
-            for system in ("baseline", "dojo"):  # alternate, baseline first each time
+            for system, flags in systems:  # alternate, baseline first each time
                 out = work / f"tp-{name}-{system}-{rep}"
-                if system == "dojo":
-                    r = run_dojo(model, path, out, a, a.dojo_extra.split())
-                else:
+                if system == "baseline":
                     r = run_baseline(model, path, out, a)
+                else:
+                    r = run_dojo(model, path, out, a, flags.split())
                 tps = r.get("tokens_per_s_after_step1") or 0.0
-                t_eff = (
-                    a.seq_len if name == "fixed" else float(r.get("mean_sample_tokens_sq", 0) or 0)
-                )
+                # Attention flops need each sample's length; only fixed-length data has one.
+                t_eff = a.seq_len if name == "fixed" else 0
                 row = {
                     "dataset": name,
                     "system": system,
+                    "flags": flags,
                     "rep": rep,
                     "rc": r["rc"],
                     "real_tokens_per_s": round(tps),
@@ -128,6 +136,7 @@ def main() -> None:
                     else None,
                     "peak_alloc_gib": r.get("peak_allocated_gib_after_step1"),
                     "peak_reserved_gib": r.get("peak_reserved_gib_after_step1"),
+                    "train_seconds": r.get("train_seconds"),
                     "tail": r["tail"],
                 }
                 results.append(row)

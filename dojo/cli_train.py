@@ -115,7 +115,8 @@ def train_cmd(
     bucket_size: Annotated[
         str | None,
         typer.Option(
-            help="reduce_bucket_size in elements, e.g. 5e8 [default: auto = hidden^2]",
+            help="reduce_bucket_size in elements, e.g. 2e8 [default: 5e8 for full ZeRO-1/2, "
+            "else auto = hidden^2]",
             rich_help_panel=_OPT,
         ),
     ] = None,
@@ -137,7 +138,8 @@ def train_cmd(
         str | None,
         typer.Option(
             "--compile",
-            help="torch.compile each decoder layer: auto (on with CUDA), on, off [default: off]",
+            help="torch.compile each decoder layer: auto (CUDA full fine-tuning, ZeRO<=2, "
+            "no offload/ckpt), on, off [default: auto]",
             rich_help_panel=_OPT,
         ),
     ] = None,

@@ -77,14 +77,16 @@ class Calibration:
     (docs/benchmarks.md); the doc's 0.6 is an empty process (0.62 GiB measured there)."""
     nccl_gib: float = 0.3
     """NCCL channel buffers per rank when world size > 1, outside PyTorch's allocator (sec 6)."""
-    allocator_slack: float = 0.20
-    """Caching-allocator reserve over allocated, full fine-tuning, as a fraction. Measured on
-    the H200 (reserved / allocated - 1): 12-25% over the full rows."""
-    allocator_slack_adapter: float = 0.03
-    """The same for LoRA / QLoRA (frozen base, small grads): 0.6% and 4.9% measured."""
-    allocator_slack_offload: float = 0.5
-    """The same with optimizer offload (pinned staging, per-parameter temporaries): 54% measured
-    on the one offload row; the least certain constant."""
+    allocator_slack: float = 0.5
+    """Caching-allocator reserve (reserved - allocated) as a fraction of the working set
+    (allocated minus model states), full fine-tuning. Fitted on the H200's 11 full rows
+    (0.23-0.94 measured; worst device error 6% with 0.5). Session 1 used 0.20 of everything
+    allocated: 7B ZeRO-3 (100 GiB of states) came out 13% over, held out."""
+    allocator_slack_adapter: float = 0.05
+    """The same for LoRA / QLoRA (frozen base, small grads): 0.01-0.2 measured, 5 rows."""
+    allocator_slack_offload: float = 1.2
+    """The same with optimizer offload (pinned staging, per-parameter temporaries): 1.0 and
+    1.2 measured on the two offload rows; the least certain constant."""
 
     def slack(self, method: str, offload: str) -> float:
         if offload != "none":
@@ -104,8 +106,10 @@ class Calibration:
     """fp32 upcast + log-softmax + its grad at the start of backward, bytes per logit (sec 3.3)."""
     loss_tail_bytes_per_th: float = 26.0
     """Final norm and lm_head input alive at the loss peak, bytes per token x hidden (sec 3.4)."""
-    cpu_process_gib: float = 2.0
-    """Host RSS of one training process before any model state (python, torch, CUDA libs)."""
+    cpu_process_gib: float = 2.5
+    """Host RAM of one training process before any model state (python, torch, CUDA libs,
+    data): 2.8-3.1 GiB measured in total on the H200 rows without offload (one layer of load
+    included)."""
 
 
 @dataclass(frozen=True)
@@ -380,11 +384,11 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     if z3:
         storage_elems = stored / BF16
         prefetch = int(0.9 * spec.hidden_size**2)  # HF auto stage3_prefetch_bucket_size
-        gathered = (
-            spec.largest_layer_params
-            + min(prefetch, s.stage3_max_live_parameters)
-            + min(s.stage3_max_reuse_distance, storage_elems)
-        )
+        # Parameters kept gathered for reuse (stage3_max_reuse_distance) need a complete
+        # module trace; with a frozen base (LoRA/QLoRA) none was seen kept on the H200 (7B QLoRA
+        # ZeRO-3: 6.9 GiB allocated; with retention the estimate said 9.5).
+        reuse = min(s.stage3_max_reuse_distance, storage_elems) if s.method == "full" else 0
+        gathered = spec.largest_layer_params + min(prefetch, s.stage3_max_live_parameters) + reuse
         small = spec.num_layers * spec.norms_per_layer * spec.hidden_size + spec.hidden_size
         params_work = BF16 * min(gathered + small, storage_elems)
         grads_work = BF16 * largest_t
@@ -484,12 +488,14 @@ def _cpu(
         swap = 5 * 100_000_000 * BF16  # buffer_count 5 x buffer_size 1e8, bf16
         buffers += swap
         pinned.append(swap)
-    # Model load: without zero.Init each rank materialises the bf16 model on CPU before the engine
-    # moves it; with zero.Init (ZeRO-3) ranks hold about one layer; QLoRA quantizes onto the GPU.
-    if s.stage == 3 or s.method == "qlora":
-        load = BF16 * spec.largest_layer_params
-    else:
+    # Model load, measured on the H200 (host RAM beyond the page cache): without zero.Init the
+    # safetensors pages go straight to the GPU (about one layer in anonymous memory); under
+    # ZeRO-3's zero.Init transformers materialises the whole bf16 state dict on each rank
+    # before partitioning (7B: +12 GiB); QLoRA quantizes layer by layer onto the GPU.
+    if s.stage == 3 and s.method != "qlora":
         load = BF16 * spec.params
+    else:
+        load = BF16 * spec.largest_layer_params
     rounding = sum(_ceil_pow2(int(b)) - int(b) for b in pinned if b > 0)
     return {
         "params": int(g * params),

@@ -72,7 +72,9 @@ class MemoryEstimate:
     @property
     def overhead(self) -> int:
         cal, st = self.setup.calibration, self.setup
-        slack = cal.slack(st.method, st.offload_optimizer) * self.allocated
+        # Model states are a few large blocks allocated once; the caching allocator's reserve
+        # comes from the working set (activations, buckets, step buffers) churned every step.
+        slack = cal.slack(st.method, st.offload_optimizer) * (self.allocated - self.static)
         return int(self.context + self.nccl + slack)
 
     @property

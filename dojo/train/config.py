@@ -62,7 +62,9 @@ class TrainConfig:
     overlap_comm: bool = True
     """Overlap gradient reduction with backward (costs one more 2-byte reduce bucket at stage 1/2)."""
     bucket_size: int | None = None
-    """reduce_bucket_size in elements; None = HF "auto" (hidden_size squared, tens of MB)."""
+    """reduce_bucket_size in elements; None = 5e8 (DeepSpeed's own default) for full fine-tuning
+    at ZeRO-1/2, else HF "auto" (hidden_size squared). On the H200 HF's auto (4.2M for a 1B
+    model: about 300 reductions a step) made a full ZeRO-2 run 11% slower than 5e8."""
     attn: str = "auto"
     """Attention kernel: auto (sdpa; flex_attention is an option for packed rows), sdpa, eager,
     flex_attention, flash_attention_2 (needs the flash-attn package)."""
@@ -70,10 +72,11 @@ class TrainConfig:
     """Liger kernels (fused RMSNorm, SwiGLU, RoPE and the linear cross-entropy that never
     materialises the fp32 logits): auto = on when liger-kernel is installed and the run is on
     CUDA; on; off."""
-    compile: str = "off"
+    compile: str = "auto"
     """torch.compile of each repeated decoder layer (accelerate's regional compilation: one
-    compile reused by every layer, about a minute once): on needs CUDA; auto = on with CUDA;
-    off."""
+    compile shared by every layer, about 15 s once). auto = on where it was measured to work and
+    help (H200: +23% tokens/s): CUDA with Triton, full fine-tuning, ZeRO 0-2, no offload, no
+    gradient checkpointing; on = wherever CUDA is; off."""
     save_model: bool = True
     """Write the final model/adapter (off for memory and speed benchmarks)."""
     precision: str = "auto"
@@ -120,6 +123,14 @@ class TrainConfig:
     """Run Python code shipped with a Hub model. Off: only enable it for models you trust."""
     merge: bool = False
     """After LoRA/QLoRA training also write base + adapter merged weights to output_dir/merged."""
+
+    def resolved_bucket_size(self) -> int | None:
+        """What --bucket-size means when not given (see bucket_size); None = HF "auto"."""
+        if self.bucket_size is not None:
+            return self.bucket_size
+        if self.method == "full" and self.zero_stage in (1, 2):
+            return 500_000_000
+        return None
 
     def resolved_lr(self) -> float:
         if self.lr is not None:

@@ -71,7 +71,7 @@ def fit_check(
         lora_rank=cfg.lora_r,
         lora_dropout=cfg.lora_dropout,
         overlap_comm=cfg.overlap_comm,
-        bucket_size=cfg.bucket_size,
+        bucket_size=cfg.resolved_bucket_size(),
         attention="eager" if cfg.attn == "eager" else "sdpa",
         liger=liger_on(cfg, devices),
         gpu_memory_gib=gpu_mem,
@@ -131,13 +131,23 @@ def liger_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
 
 
 def compile_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
-    """Regional torch.compile: Inductor's Triton kernels, so CUDA only (like Liger)."""
+    """Regional torch.compile: Inductor's Triton kernels, so CUDA only (like Liger). auto: only
+    the setups it was measured to work and help in (full, ZeRO 0-2, no offload, no grad-ckpt)."""
+    import importlib.util
+
     if cfg.compile == "on" and devices.kind != "cuda":
         raise LaunchError(
             "--compile on needs CUDA GPUs (Inductor generates Triton kernels)",
             hint="use --compile auto or off on a CPU run",
         )
-    return cfg.compile == "on" or (cfg.compile == "auto" and devices.kind == "cuda")
+    if cfg.compile == "off" or devices.kind != "cuda":
+        return False
+    if cfg.compile == "on":
+        return True
+    measured = (
+        cfg.method == "full" and cfg.zero_stage <= 2 and cfg.offload == "none" and not cfg.grad_ckpt
+    )
+    return measured and importlib.util.find_spec("triton") is not None
 
 
 def _estimate_table(est: Any) -> str:
@@ -178,7 +188,7 @@ def build_ds_config(cfg: TrainConfig, spec: Any) -> dict[str, Any]:
         optimizer=cfg.optimizer,
         scheduler=cfg.scheduler,
         overlap_comm=cfg.overlap_comm,
-        bucket_size=cfg.bucket_size,
+        bucket_size=cfg.resolved_bucket_size(),
         precision="auto",  # TrainingArguments bf16/fp16 decide (the worker sets them)
         hidden_size=getattr(spec, "hidden_size", None),
     )

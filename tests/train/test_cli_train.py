@@ -202,3 +202,35 @@ def test_data_without_valid_rows(
     first = r.stderr.splitlines()[0]
     assert first.startswith("error: --data") and message in first, r.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args,bucket,compile_",
+    [
+        (["--method", "full", "--zero", "2"], 500_000_000, True),  # measured setup: both on
+        (["--method", "full", "--zero", "2", "--bucket-size", "2e8"], 200_000_000, True),
+        (["--method", "full", "--zero", "2", "--grad-ckpt"], 500_000_000, False),
+        (["--method", "full", "--zero", "2", "--offload", "cpu"], 500_000_000, False),
+        (["--method", "full", "--zero", "3"], 64 * 64, False),
+        (["--method", "lora", "--zero", "2"], 64 * 64, False),  # small adapters: HF auto
+        (["--method", "full", "--zero", "2", "--compile", "off"], 500_000_000, False),
+        (["--method", "lora", "--zero", "3", "--compile", "on"], 64 * 64, True),
+    ],
+)
+def test_default_buckets_and_compile(
+    cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch, args, bucket, compile_
+) -> None:
+    """5e8 buckets for full ZeRO-1/2 and regional compile where the H200 measured them."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: object() if n == "triton" else real(n, *a)
+    )
+    base = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")]
+    with _gpus(H200):
+        r = cli(*base, "--gpus", "0", *args, "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout.split("\n", 1)[1])
+    assert doc["ds_config"]["zero_optimization"]["reduce_bucket_size"] == bucket
+    assert doc["train"]["compile_resolved"] is compile_
