@@ -102,8 +102,12 @@ def main() -> None:
             f"| {deepspeed_estimate(spec, row.stage, row.offload):.1f} "
             f"| {accelerate_estimate(spec):.1f} |"
         )
-    print(f"\nworst device-memory error over the rows that ran, current constants: {100 * worst:.1f}%")
-    print(f"worst on the held-out rows with the constants they were held out from: {100 * worst_then:.1f}%")
+    print(
+        f"\nworst device-memory error over the rows that ran, current constants: {100 * worst:.1f}%"
+    )
+    print(
+        f"worst on the held-out rows with the constants they were held out from: {100 * worst_then:.1f}%"
+    )
 
 
 if __name__ == "__main__":
