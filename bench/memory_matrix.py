@@ -214,7 +214,8 @@ def run_row(
         "--lora-dropout", "0", "--bucket-size", str(row.bucket),
         "--grad-ckpt" if row.grad_ckpt else "--no-grad-ckpt",
         "--overlap-comm" if row.overlap_comm else "--no-overlap-comm",
-        "--no-save-model", "--output-dir", str(run_dir), "--force", *row.extra,
+        "--no-save-model", "--compile", "off", "--output-dir", str(run_dir), "--force",
+        *row.extra,
     ]  # fmt: skip
     t0 = time.time()
     host_limit = (host_gib - 3.0) * 2**30  # 3 GiB margin for the OS and this script

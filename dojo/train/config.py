@@ -74,7 +74,7 @@ class TrainConfig:
     CUDA; on; off."""
     compile: str = "auto"
     """torch.compile of each repeated decoder layer (accelerate's regional compilation: one
-    compile shared by every layer, about 15 s once). auto = on where it was measured to work and
+    compile shared by every layer, 10-13 s once). auto = on where it was measured to work and
     help (H200: +23% tokens/s): CUDA with Triton, full fine-tuning, ZeRO 0-2, no offload, no
     gradient checkpointing; on = wherever CUDA is; off."""
     save_model: bool = True
