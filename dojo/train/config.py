@@ -124,12 +124,15 @@ class TrainConfig:
     merge: bool = False
     """After LoRA/QLoRA training also write base + adapter merged weights to output_dir/merged."""
 
-    def resolved_bucket_size(self) -> int | None:
-        """What --bucket-size means when not given (see bucket_size); None = HF "auto"."""
+    def resolved_bucket_size(self, params: int | None) -> int | None:
+        """What --bucket-size means when not given (see bucket_size); None = HF "auto".
+
+        Capped at the model's parameter count: DeepSpeed allocates the whole bucket however
+        small the model (a 5e8 fp32 bucket is 2 GB per rank for the bundled tiny model)."""
         if self.bucket_size is not None:
             return self.bucket_size
         if self.method == "full" and self.zero_stage in (1, 2):
-            return 500_000_000
+            return min(500_000_000, params) if params else 500_000_000
         return None
 
     def resolved_lr(self) -> float:

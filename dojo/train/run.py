@@ -71,7 +71,7 @@ def fit_check(
         lora_rank=cfg.lora_r,
         lora_dropout=cfg.lora_dropout,
         overlap_comm=cfg.overlap_comm,
-        bucket_size=cfg.resolved_bucket_size(),
+        bucket_size=cfg.resolved_bucket_size(getattr(spec, "params", None)),
         attention="eager" if cfg.attn == "eager" else "sdpa",
         liger=liger_on(cfg, devices),
         gpu_memory_gib=gpu_mem,
@@ -188,7 +188,7 @@ def build_ds_config(cfg: TrainConfig, spec: Any) -> dict[str, Any]:
         optimizer=cfg.optimizer,
         scheduler=cfg.scheduler,
         overlap_comm=cfg.overlap_comm,
-        bucket_size=cfg.resolved_bucket_size(),
+        bucket_size=cfg.resolved_bucket_size(getattr(spec, "params", None)),
         precision="auto",  # TrainingArguments bf16/fp16 decide (the worker sets them)
         hidden_size=getattr(spec, "hidden_size", None),
     )
