@@ -87,10 +87,14 @@ class MemoryEstimate:
         return self.gpu_total / GIB
 
     @property
+    def cpu_exact(self) -> int:
+        """Offloaded states, bytes as requested (what DeepSpeed's estimators count)."""
+        return self.cpu_params + self.cpu_gradients + self.cpu_optimizer_states + self.cpu_buffers
+
+    @property
     def cpu_steady(self) -> int:
         """Offloaded states as allocated: the exact bytes plus the pinned blocks' rounding."""
-        exact = self.cpu_params + self.cpu_gradients + self.cpu_optimizer_states + self.cpu_buffers
-        return exact + self.cpu_pinned_rounding
+        return self.cpu_exact + self.cpu_pinned_rounding
 
     @property
     def cpu_total(self) -> int:

@@ -123,9 +123,8 @@ def test_offload_moves_states_to_cpu(l7) -> None:
     assert (
         on.cpu_optimizer_states == 2 * (12 * P7 // 2) or abs(on.cpu_optimizer_states - 12 * P7) < 4
     )
-    exact = on.cpu_steady - on.cpu_pinned_rounding
-    assert exact == pytest.approx(18 * P7, rel=1e-6)  # 18 B/param over the node
-    assert 0 < on.cpu_pinned_rounding < exact / 2
+    assert on.cpu_exact == pytest.approx(18 * P7, rel=1e-6)  # 18 B/param over the node
+    assert 0 < on.cpu_pinned_rounding < on.cpu_exact / 2
     assert on.gpu_total < off.gpu_total
     both = estimate(l7, Setup(stage=3, num_gpus=2, offload_optimizer="cpu", offload_param="cpu"))
     assert both.params == 0 and both.cpu_params == pytest.approx(2 * P7, rel=1e-6)
