@@ -166,6 +166,7 @@ TRAIN = [
     c("train", "--zero", "5", expect="--zero 5: must be an integer 0..3"),
     c("train", "--compile", "yes", expect="--compile 'yes': choose one of auto, on, off"),
     c("train", "--compile", "on", expect="--compile on needs CUDA GPUs"),
+    c("train", "--liger", "on", expect="--liger on needs CUDA GPUs"),
     c("train", "--epochs", "0", expect="--epochs 0.0: must be a number > 0.0"),
     c("train", "--lora-dropout", "1.5", expect="--lora-dropout 1.5"),
     c("train", "--master-port", "80", expect="--master-port 80: must be an integer 1024..65535"),

@@ -116,18 +116,24 @@ def host_memory_gib() -> float | None:
     return min(sizes) / 2**30 if sizes else None
 
 
+def _cuda_switch(flag: str, value: str, devices: launch.Devices, why: str) -> bool | None:
+    """An on/off/auto CUDA-only feature: on without CUDA is an error; off or no CUDA -> False;
+    on -> True; auto -> None (the caller decides)."""
+    if value == "on" and devices.kind != "cuda":
+        raise LaunchError(
+            f"--{flag} on needs CUDA GPUs ({why})", hint=f"use --{flag} auto or off on a CPU run"
+        )
+    if value == "off" or devices.kind != "cuda":
+        return False
+    return True if value == "on" else None
+
+
 def liger_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
     """Liger's fused linear cross-entropy: Triton kernels, so CUDA only."""
     import importlib.util
 
-    if cfg.liger == "on" and devices.kind != "cuda":
-        raise LaunchError(
-            "--liger on needs CUDA GPUs (Liger's kernels are Triton)",
-            hint="use --liger auto or off on a CPU run",
-        )
-    if cfg.liger == "off" or devices.kind != "cuda":
-        return False
-    return cfg.liger == "on" or importlib.util.find_spec("liger_kernel") is not None
+    on = _cuda_switch("liger", cfg.liger, devices, "Liger's kernels are Triton")
+    return on if on is not None else importlib.util.find_spec("liger_kernel") is not None
 
 
 def compile_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
@@ -135,15 +141,9 @@ def compile_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
     the setups it was measured to work and help in (full, ZeRO 0-2, no offload, no grad-ckpt)."""
     import importlib.util
 
-    if cfg.compile == "on" and devices.kind != "cuda":
-        raise LaunchError(
-            "--compile on needs CUDA GPUs (Inductor generates Triton kernels)",
-            hint="use --compile auto or off on a CPU run",
-        )
-    if cfg.compile == "off" or devices.kind != "cuda":
-        return False
-    if cfg.compile == "on":
-        return True
+    on = _cuda_switch("compile", cfg.compile, devices, "Inductor generates Triton kernels")
+    if on is not None:
+        return on
     measured = (
         cfg.method == "full" and cfg.zero_stage <= 2 and cfg.offload == "none" and not cfg.grad_ckpt
     )
