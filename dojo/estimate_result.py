@@ -43,7 +43,7 @@ class MemoryEstimate:
     cpu_load: int
     cpu_process: int
     cpu_pinned_rounding: int
-    """Upper bound on the offloaded bytes with each pinned buffer rounded to a power of two."""
+    """Bytes torch's host allocator adds by rounding each pinned buffer up to a power of two."""
     nvme: int
     """Bytes per node kept on NVMe (ZeRO-3 nvme offload)."""
     notes: tuple[str, ...] = ()
