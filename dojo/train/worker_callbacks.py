@@ -168,9 +168,12 @@ def _host_memory() -> dict[str, Any]:
         stats = torch.cuda.host_memory_stats() if torch.cuda.is_available() else {}
     except (AttributeError, RuntimeError):  # older torch: no host allocator statistics
         stats = {}
-    for key in ("allocated_bytes.peak", "active_bytes.peak"):
+    for key, name in (
+        ("allocated_bytes.peak", "host_pinned_allocated_peak_gib"),
+        ("active_bytes.peak", "host_pinned_active_peak_gib"),
+    ):
         if key in stats:
-            out["host_pinned_" + key.split("_")[0] + "_peak_gib"] = round(stats[key] / GIB, 3)
+            out[name] = round(stats[key] / GIB, 3)
     return out
 
 
