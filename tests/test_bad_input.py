@@ -236,11 +236,11 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DOJO_DEBUG", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing may reach the network
+    import dojo.train.driver
     import dojo.train.launch
-    import dojo.train.run
 
     monkeypatch.setattr(dojo.train.launch, "run", _refuse)
-    monkeypatch.setattr(dojo.train.run, "_prepare_model", _refuse)
+    monkeypatch.setattr(dojo.train.driver, "_prepare_model", _refuse)
     return tmp_path
 
 

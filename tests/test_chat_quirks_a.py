@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_chat_templates_public import SIDECAR_KEYS  # one definition of the sidecar format
 
-from dojo.chat_template import render
+from dojo.chat.template import render
 from dojo.errors import DojoError, TemplateError
 
 CHAT_DIR = Path(__file__).resolve().parent.parent / "templates" / "chat"

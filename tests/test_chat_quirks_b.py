@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dojo.chat_template import render
+from dojo.chat.template import render
 from dojo.errors import TemplateError
 
 CHAT_DIR = Path(__file__).resolve().parent.parent / "templates" / "chat"

@@ -6,7 +6,7 @@ Expected strings are written from reading each official template; the oracle tes
 
 import pytest
 
-from dojo.chat_template import render
+from dojo.chat.template import render
 from dojo.errors import TemplateError
 
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from dojo import chat_sandbox
-from dojo.chat_template import ChatTemplate, assistant_spans, load_template, render
+from dojo.chat import sandbox as chat_sandbox
+from dojo.chat.template import ChatTemplate, assistant_spans, load_template, render
 from dojo.errors import DataError, TemplateError
 
 USER = [{"role": "user", "content": "hi"}]

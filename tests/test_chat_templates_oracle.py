@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dojo.chat_template import bundled_names, load_template, render
+from dojo.chat.template import bundled_names, load_template, render
 from dojo.errors import DojoError
 
 pytestmark = pytest.mark.slow

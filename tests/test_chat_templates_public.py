@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dojo.chat_template import bundled_names, load_template, render
+from dojo.chat.template import bundled_names, load_template, render
 from dojo.errors import TemplateError
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dojo import cli_estimate
+from dojo.cli import estimate as cli_estimate
 
 
 @pytest.fixture(autouse=True)

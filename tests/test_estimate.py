@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from dojo.errors import EstimateError
-from dojo.estimate import (
+from dojo.estimate.model import (
     GIB,
     Calibration,
     Setup,

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dojo import estimate as est
-from dojo.chat_template import ChatTemplate, bundled_names, load_template, render
+from dojo.chat.template import ChatTemplate, bundled_names, load_template, render
 from dojo.errors import ConfigError, DataError, DojoError, EstimateError, TemplateError
 from dojo.modelspec import ModelSpec, known_names, resolve_model
 from dojo.zero import ZeroConfig, build_ds_config
-from dojo.zero_check import check_config
+from dojo.zero.check import check_config
 
 FAST = settings(
     max_examples=100,
@@ -315,7 +315,7 @@ def test_any_template_source_fails_only_with_dojo_errors(source: str, msgs: Any)
 @FAST
 @given(json_values)
 def test_conversation_formats_fail_only_with_data_errors(record: Any) -> None:
-    from dojo.conversation import to_messages
+    from dojo.chat.conversation import to_messages
 
     try:
         fmt, msgs = to_messages(record)

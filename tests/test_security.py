@@ -1,7 +1,7 @@
 """Issue 7, security: the chat-template sandbox, argv-only launches, trust_remote_code off by default.
 
 A chat template is code downloaded with a model; it runs in Jinja's immutable sandbox with a
-render budget (dojo.chat_sandbox). The training launch is an argument list, never a shell line.
+render budget (dojo.chat.sandbox). The training launch is an argument list, never a shell line.
 """
 
 import json
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dojo import chat_sandbox
-from dojo.chat_template import ChatTemplate, render
+from dojo.chat import sandbox as chat_sandbox
+from dojo.chat.template import ChatTemplate, render
 from dojo.errors import TemplateError
 from dojo.train import launch
 from dojo.train.config import TrainConfig
@@ -188,7 +188,7 @@ def test_cli_train_argv_with_hostile_paths(
 ) -> None:
     """Through `dojo train`: the output folder and data path with $(...), ; and spaces stay
     single argv items and single JSON strings, and no shell ever runs them."""
-    import dojo.train.run
+    import dojo.train.driver
 
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "chats $(touch PWNED); x.jsonl"
@@ -200,8 +200,8 @@ def test_cli_train_argv_with_hostile_paths(
         seen.append(cmd)
         return 0
 
-    monkeypatch.setattr(dojo.train.run.launch, "run", fake_run)
-    monkeypatch.setattr(dojo.train.run, "_prepare_model", lambda p, d: ("tiny", "tiny"))
+    monkeypatch.setattr(dojo.train.driver.launch, "run", fake_run)
+    monkeypatch.setattr(dojo.train.driver, "_prepare_model", lambda p, d: ("tiny", "tiny"))
     r = cli("train", "--nproc", "2", "--data", str(data), "--output-dir", str(out))
     assert r.exit_code == 0, r.stderr
     (argv,) = seen

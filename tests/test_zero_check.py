@@ -1,4 +1,4 @@
-"""Pure tests for the `dojo config --check` linter (dojo.zero_check)."""
+"""Pure tests for the `dojo config --check` linter (dojo.zero.check)."""
 
 import copy
 import json
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from dojo.zero import PRESETS, ZeroConfig, build_ds_config
-from dojo.zero_check import Finding, check_config, check_text
+from dojo.zero.check import Finding, check_config, check_text
 
 
 def _levels(findings: list[Finding]) -> dict[str, str]:

@@ -187,7 +187,7 @@ def test_check_key_tables_match_deepspeed() -> None:
         DeepSpeedZeroOffloadParamConfig,
     )
 
-    from dojo import zero_check as zc
+    from dojo.zero import check as zc
 
     assert _model_keys(DeepSpeedZeroConfig) == zc.ZERO_KEYS
     assert _model_keys(DeepSpeedZeroOffloadParamConfig) == zc.OFFLOAD_PARAM_KEYS
@@ -200,7 +200,7 @@ def test_check_type_tables_match_deepspeed() -> None:
     from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
     from deepspeed.runtime.lr_schedules import VALID_LR_SCHEDULES
 
-    from dojo import zero_check as zc
+    from dojo.zero import check as zc
 
     assert set(zc.SCHEDULERS) == set(VALID_LR_SCHEDULES)
     assert {o.lower() for o in zc.OPTIMIZERS} == set(DEEPSPEED_OPTIMIZERS) - {"adagrad"} | {"lion"}
@@ -209,7 +209,7 @@ def test_check_type_tables_match_deepspeed() -> None:
 def test_top_level_keys_exist_in_deepspeed_source() -> None:
     import deepspeed
 
-    from dojo import zero_check as zc
+    from dojo.zero import check as zc
 
     root = Path(deepspeed.__file__).parent
     text = "\n".join(p.read_text(errors="ignore") for p in root.rglob("*.py"))
@@ -237,7 +237,7 @@ def test_explain_matches_transformers_precedence(optim: str, sched: str, tmp_pat
     from accelerate.utils import DummyOptim, DummyScheduler
     from transformers.integrations.deepspeed import deepspeed_optim_sched
 
-    from dojo.zero_explain import explain_optim_sched
+    from dojo.zero.explain import explain_optim_sched
 
     ds = build_ds_config(ZeroConfig(stage=2, optimizer=optim, scheduler=sched))
     args, _ = _through_trainer(ds, tmp_path)

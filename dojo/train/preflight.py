@@ -119,7 +119,7 @@ def resolve_model(cfg: TrainConfig) -> tuple[str, Any]:
 
 def check_template(cfg: TrainConfig, model_kind: str) -> None:
     """--template must resolve; without it a local model must ship its own chat template."""
-    from dojo.chat_template import load_template
+    from dojo.chat.template import load_template
     from dojo.errors import TemplateError
 
     if cfg.template is not None:

@@ -1,12 +1,12 @@
 """Read local conversation files row by row, with ``file:line`` for every problem. Pure (stdlib).
 
-API (used by the launcher's preflight before launch, and by the worker through dojo.train.data):
+API (used by the launcher's preflight before launch, and by the worker through dojo.train.worker.examples):
 
     read_rows(paths: list[str], *, template=None) -> RowsReport
         .rows          list of (source "file:line", messages)   valid rows, in file order
         .bad           list of (source, reason)                 skipped rows, never padded
         .format_counts {"messages": n, "sharegpt": n, "alpaca": n}
-        .passthrough   Hub dataset names and .parquet files, left to the worker (dojo.train.data)
+        .passthrough   Hub dataset names and .parquet files, left to the worker (dojo.train.worker.examples)
 
 Raises DataError (one line, naming the path) for a missing path, a folder, an empty or binary file,
 an unsupported extension and malformed JSON (with its line). A row that parses but is not a usable
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dojo.conversation import FORMATS, Message, to_messages
+from dojo.chat.conversation import FORMATS, Message, to_messages
 from dojo.errors import DataError, DojoError
 
 ROW_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -100,7 +100,7 @@ def _add(report: RowsReport, source: str, record: Any, template: Any) -> None:
 
 
 def _render_check(template: Any, messages: list[Message]) -> None:
-    from dojo.chat_template import span_report  # jinja2 stays out of plain imports
+    from dojo.chat.template import span_report  # jinja2 stays out of plain imports
 
     spans = span_report(template, messages)
     if not spans.spans:

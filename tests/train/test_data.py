@@ -1,4 +1,4 @@
-"""dojo.train.data + tiny + demo data: masking on every format and template, overflow, bad rows.
+"""dojo.train.worker.examples + tiny + demo data: masking on every format and template, overflow, bad rows.
 
 Fast tests drive build_examples with the tiny tokenizer through the `tokenizers` library (no
 transformers import); the slow ones repeat the key checks with transformers' AutoTokenizer and
@@ -14,9 +14,9 @@ import pytest
 from dojo.errors import DataError
 from dojo.train import tiny
 from dojo.train._demo_data import bundled_path, make, render_jsonl
-from dojo.train.data import DataReport, build_examples, load_rows, mask_labels
-from dojo.train.packing import IGNORE
 from dojo.train.rows import RowsReport
+from dojo.train.worker.examples import DataReport, build_examples, load_rows, mask_labels
+from dojo.train.worker.packing import IGNORE
 
 CHAT = [
     {"role": "system", "content": "Be brief."},
@@ -102,7 +102,7 @@ def test_mask_labels_overlap_rule() -> None:
 def test_each_format_trains_only_the_replies(
     tmp_path: Path, tiny_dir: Path, tok: RustTokenizer, record: dict[str, Any]
 ) -> None:
-    from dojo.chat_template import load_template
+    from dojo.chat.template import load_template
 
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps(record) + "\n")
@@ -129,7 +129,7 @@ def test_each_format_trains_only_the_replies(
     ],
 )
 def test_masks_on_bundled_templates(tok: RustTokenizer, name: str, stop: str) -> None:
-    from dojo.chat_template import load_template
+    from dojo.chat.template import load_template
 
     tpl = load_template(name)
     chat = CHAT[1:] if not tpl.supports.get("system", True) else CHAT
@@ -142,7 +142,7 @@ def test_masks_on_bundled_templates(tok: RustTokenizer, name: str, stop: str) ->
 
 
 def test_bad_rows_counted_never_padded(tiny_dir: Path, tok: RustTokenizer) -> None:
-    from dojo.chat_template import load_template
+    from dojo.chat.template import load_template
 
     rows = RowsReport(rows=[("a:1", CHAT[1:])], bad=[("a:2", "unknown role 'robot'")])
     alternating = load_template("mistral-7b-instruct-v0.1")  # refuses user, user
@@ -157,7 +157,7 @@ def test_bad_rows_counted_never_padded(tiny_dir: Path, tok: RustTokenizer) -> No
 
 
 def test_overflow_truncate_and_drop(tiny_dir: Path, tok: RustTokenizer) -> None:
-    from dojo.chat_template import load_template
+    from dojo.chat.template import load_template
 
     tpl = load_template(tiny_dir)
     long_prompt = [
@@ -222,7 +222,7 @@ def test_tiny_tokenizer_is_deterministic_and_fits_config(tmp_path: Path, tiny_di
 
 
 def test_tiny_demo_examples(tiny_dir: Path, tok: RustTokenizer) -> None:
-    from dojo.chat_template import load_template
+    from dojo.chat.template import load_template
 
     rows = load_rows([str(bundled_path())])
     examples, report = build_examples(rows, tok, load_template(tiny_dir), seq_len=256)
@@ -253,7 +253,7 @@ def test_materialize_replaces_folder(tmp_path: Path) -> None:
 def test_autotokenizer_matches_and_templates_agree(tiny_dir: Path, tok: RustTokenizer) -> None:
     from transformers import AutoTokenizer
 
-    from dojo.chat_template import load_template, render
+    from dojo.chat.template import load_template, render
 
     hf = AutoTokenizer.from_pretrained(tiny_dir)
     assert hf.is_fast and (hf.pad_token, hf.bos_token, hf.eos_token) == (
@@ -273,7 +273,7 @@ def test_no_double_bos(tmp_path: Path, tiny_dir: Path) -> None:
     """A template that writes BOS + a tokenizer that adds BOS: the sample starts with ONE."""
     from transformers import AutoTokenizer
 
-    from dojo.chat_template import ChatTemplate
+    from dojo.chat.template import ChatTemplate
 
     spec = json.loads((tiny_dir / "tokenizer.json").read_text())
     spec["post_processor"] = {

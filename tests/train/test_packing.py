@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dojo.train.packing import IGNORE, pack
+from dojo.train.worker.packing import IGNORE, pack
 
 
 def make(lengths: list[int], start: int = 10) -> list[dict[str, list[int]]]:
@@ -81,7 +81,7 @@ def tiny_llama(attn: str) -> Any:
 def test_packed_logits_equal_each_sample_alone(attn: str, flatten: bool) -> None:
     import torch
 
-    from dojo.train.packing import PackedCollator, packing_supported
+    from dojo.train.worker.packing import PackedCollator, packing_supported
 
     model = tiny_llama(attn)
     assert packing_supported(model)[0]
@@ -118,7 +118,7 @@ def test_packed_logits_equal_each_sample_alone(attn: str, flatten: bool) -> None
 
 @pytest.mark.slow
 def test_collators_pad_and_label() -> None:
-    from dojo.train.packing import PackedCollator, PadCollator
+    from dojo.train.worker.packing import PackedCollator, PadCollator
 
     ex = [{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [8], "labels": [8]}]
     b = PadCollator(pad_id=0)(ex)
@@ -134,7 +134,7 @@ def test_collators_pad_and_label() -> None:
 
 
 def test_packing_not_supported_reasons() -> None:
-    from dojo.train.packing import packing_supported
+    from dojo.train.worker.packing import packing_supported
 
     class Cfg:
         _attn_implementation = "paged_attention"

@@ -21,8 +21,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
 
-from dojo.train import rank_status, worker_data
-from dojo.train.worker_callbacks import (
+from dojo.train import rank_status
+from dojo.train.worker import data as worker_data
+from dojo.train.worker.callbacks import (
     CheckpointMarker,
     Measures,
     Progress,
@@ -332,7 +333,3 @@ def train(run: dict[str, Any]) -> int:
         save(trainer, tokenizer, run, weights)
     write_summary(trainer, measures, run)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

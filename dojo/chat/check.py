@@ -4,7 +4,7 @@ Reports (all from real renders, nothing assumed from the template's name):
 - prefix-preserving: for every assistant turn k, rendering messages[:k] with the generation
   prompt, and messages[:k+1] without, are both prefixes of the full rendering. A loss mask built
   by re-rendering prefixes (TRL-style) is only correct when this holds; dojo's own spans do not
-  need it (one render, see dojo.chat_spans).
+  need it (one render, see dojo.chat.spans).
 - the assistant spans (the characters trained on), and whether each ends with the stop token;
 - whether a ``<think>`` block in an earlier assistant turn survives into the rendered history.
 """
@@ -12,7 +12,7 @@ Reports (all from real renders, nothing assumed from the template's name):
 from dataclasses import dataclass, field
 from typing import Any
 
-from dojo.chat_spans import SpanReport
+from dojo.chat.spans import SpanReport
 from dojo.errors import TemplateError
 
 REASONING = "2 plus 2 makes 4."
@@ -67,7 +67,7 @@ def _first_diff(a: str, b: str) -> int:
 def _prefix_problem(
     template: Any, messages: list[dict[str, Any]], full: str, kw: dict[str, Any]
 ) -> str | None:
-    from dojo.chat_template import render
+    from dojo.chat.template import render
 
     for k, m in enumerate(messages):
         if m.get("role") != "assistant":
@@ -91,7 +91,7 @@ def _prefix_problem(
 
 def check(template: Any, messages: list[dict[str, Any]] | None = None, **kw: Any) -> CheckReport:
     """Analyse ``template`` on ``messages`` (default: SAMPLE). ``kw`` go to ``render``."""
-    from dojo.chat_template import load_template, span_report
+    from dojo.chat.template import load_template, span_report
 
     tpl = load_template(template)
     notes: list[str] = []

@@ -134,7 +134,7 @@ def config_cmd(
         _output.warn(f"--nvme-path {nvme_path} is unused: nothing is offloaded to nvme")
     ds = zero.build_ds_config(cfg)
     if explain:
-        from dojo import zero_explain
+        from dojo.zero import explain as zero_explain
 
         for line in zero_explain.explain_optim_sched(ds):
             _output.info(line)
@@ -164,7 +164,7 @@ def _with_model(cfg: "ZeroConfig", model: str) -> "ZeroConfig":
 
 
 def _run_check(path: str) -> int:
-    from dojo.zero_check import check_file
+    from dojo.zero.check import check_file
 
     findings = check_file(path)
     for f in findings:

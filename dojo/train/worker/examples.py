@@ -10,7 +10,7 @@ API (the worker: ``worker_data.build``):
         examples: [{"input_ids": [...], "labels": [...]}], labels -100 outside assistant spans.
         report: DataReport (.to_dict() for the run log and dojo_summary.json).
 
-Masking: ``dojo.chat_template.assistant_spans`` renders each conversation ONCE and returns the
+Masking: ``dojo.chat.template.assistant_spans`` renders each conversation ONCE and returns the
 character spans of assistant content (+ the end-of-turn token); the fast tokenizer's
 offset_mapping maps them to tokens: a token is trained when its characters overlap a span. No
 prefix is re-rendered. The rendered text is tokenized with ``add_special_tokens=False``: templates
@@ -24,10 +24,10 @@ if no trained token is left), ``drop`` skips them; both are counted.
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dojo.conversation import Message
+from dojo.chat.conversation import Message
 from dojo.errors import DataError, DojoError
-from dojo.train.packing import IGNORE
 from dojo.train.rows import RowsReport, is_hub_name, read_rows, validate_record
+from dojo.train.worker.packing import IGNORE
 
 OVERFLOW = ("truncate", "drop")
 _BATCH = 512  # rows tokenized per fast-tokenizer call (Rust, parallel): speed without much memory
@@ -104,7 +104,7 @@ def build_examples(
     overflow: str = "truncate",
 ) -> tuple[list[dict[str, list[int]]], DataReport]:
     """Render, tokenize and mask every row (see module docstring)."""
-    from dojo.chat_template import assistant_spans
+    from dojo.chat.template import assistant_spans
 
     if overflow not in OVERFLOW:
         raise DataError(f"--overflow {overflow!r} is not one of {', '.join(OVERFLOW)}")

@@ -94,9 +94,10 @@ def estimate_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Estimate GPU and host memory per ZeRO stage (full, LoRA or QLoRA)."""
-    from dojo import _output, estimate_table
+    from dojo import _output
     from dojo import estimate as est
     from dojo.errors import EstimateError
+    from dojo.estimate import table as estimate_table
     from dojo.modelspec import resolve_model
 
     if bucket_size is not None and bucket_size <= 0:  # before any network access

@@ -280,7 +280,7 @@ def train_cmd(
     dojo train --gpus 0,1 --model ./Llama-3.2-1B --data chats.jsonl --zero 2
     dojo train --config templates/train/qlora.yaml --gpus 0 --dry-run
     """
-    from dojo.train import run as train_run
+    from dojo.train import driver as train_run
 
     flags = {
         k: v for k, v in locals().items() if k not in ("config", "force", "dry_run", "train_run")

@@ -51,7 +51,7 @@ def list_cmd(as_json: JsonOpt = False) -> None:
     dojo chat-template list
     dojo chat-template list --json
     """
-    from dojo.chat_template import bundled_names, load_template
+    from dojo.chat.template import bundled_names, load_template
 
     rows: list[dict[str, Any]] = []
     for name in bundled_names():
@@ -97,7 +97,7 @@ def show_cmd(
     dojo chat-template show llama-2-chat
     dojo chat-template show qwen3 --json
     """
-    from dojo.chat_template import load_template
+    from dojo.chat.template import load_template
 
     t = load_template(name)
     meta = {
@@ -146,7 +146,7 @@ def render_cmd(
     dojo chat-template render --template ./my-model --messages - --var enable_thinking=false < chat.json
     dojo chat-template render --template llama-3.1-instruct --messages chat.json --var date_string='"26 Jul 2024"'
     """
-    from dojo.chat_template import load_template, render
+    from dojo.chat.template import load_template, render
 
     tpl = load_template(template)
     msgs = read_messages(messages)
@@ -177,8 +177,8 @@ def check_cmd(
     dojo chat-template check --template qwen3
     dojo chat-template check --template ./my-model --messages chat.json --json
     """
-    from dojo.chat_check import check, marked
-    from dojo.chat_template import load_template
+    from dojo.chat.check import check, marked
+    from dojo.chat.template import load_template
 
     tpl = load_template(template)
     msgs = read_messages(messages) if messages is not None else None
@@ -240,7 +240,7 @@ def _read_json(arg: str, flag: str) -> Any:
 
 def read_messages(arg: str) -> list[dict[str, Any]]:
     """Load --messages and normalise it to OpenAI messages (roles checked)."""
-    from dojo.conversation import to_messages
+    from dojo.chat.conversation import to_messages
 
     record = _read_json(arg, "--messages")
     try:

@@ -10,10 +10,10 @@ import sys
 import typer
 
 from dojo import _output
-from dojo.cli_chat_template import chat_app
-from dojo.cli_config import config_cmd
-from dojo.cli_estimate import estimate_cmd
-from dojo.cli_train import train_cmd
+from dojo.cli.chat_template import chat_app
+from dojo.cli.config import config_cmd
+from dojo.cli.estimate import estimate_cmd
+from dojo.cli.train import train_cmd
 from dojo.errors import DojoError
 
 app = typer.Typer(

@@ -151,7 +151,7 @@ def compile_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
 
 
 def _estimate_table(est: Any) -> str:
-    from dojo import estimate_table
+    from dojo.estimate import table as estimate_table
 
     return estimate_table.render_plain([est])
 
@@ -236,7 +236,7 @@ def main(config_path: Path | None, flags: dict[str, Any], *, force: bool, dry_ru
     p = plan(cfg, force=force)
     run_dir = Path(cfg.output_dir).resolve()
     ds = build_ds_config(cfg, p.spec)
-    from dojo.zero_explain import explain_optim_sched
+    from dojo.zero.explain import explain_optim_sched
 
     port = cfg.master_port or launch.free_port()
     cmd = launch.build_command(cfg, run_dir, p.devices, port)

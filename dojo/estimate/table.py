@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from dojo.estimate_result import GIB, MemoryEstimate
+from dojo.estimate.result import GIB, MemoryEstimate
 
 # (header, gpu_columns key) in table order; the plain and rich tables share it.
 _GPU_COLS = [

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dojo.errors import ConfigError
-from dojo.zero_explain import precedence_warnings
+from dojo.zero.explain import precedence_warnings
 
 
 def _keys(words: str) -> frozenset[str]:

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dojo.train.worker_callbacks import print0
+from dojo.train.worker.callbacks import print0
 
 
 def pick_template(run: dict[str, Any], tokenizer: Any) -> Any:
     """--template (bundled name or file), else the model's own chat template."""
-    from dojo.chat_template import ChatTemplate, load_template
+    from dojo.chat.template import ChatTemplate, load_template
     from dojo.errors import TemplateError
 
     if run.get("template"):
@@ -36,8 +36,8 @@ def pick_template(run: dict[str, Any], tokenizer: Any) -> Any:
 
 def build(run: dict[str, Any], tokenizer: Any, model: Any) -> tuple[Any, Any, dict[str, Any]]:
     """(train dataset, collator, data report) for the Trainer."""
-    from dojo.train import data as data_mod
-    from dojo.train import packing
+    from dojo.train.worker import examples as data_mod
+    from dojo.train.worker import packing
 
     template = pick_template(run, tokenizer)
     rows = data_mod.load_rows(run["data"])

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dojo import chat_sandbox as _sandbox
-from dojo.chat_spans import SpanReport, locate_spans
+from dojo.chat import sandbox as _sandbox
+from dojo.chat.spans import SpanReport, locate_spans
 from dojo.errors import DataError, TemplateError
 from dojo.paths import close_names, list_templates, templates_dir
 
@@ -170,7 +170,7 @@ def assistant_spans(
 ) -> tuple[str, list[tuple[int, int]]]:
     """The rendered text and the character spans of assistant content the loss trains on.
 
-    One render; spans are located in it (see ``dojo.chat_spans``) and extended over the
+    One render; spans are located in it (see ``dojo.chat.spans``) and extended over the
     template's stop token. ``kw`` are ``render``'s keyword arguments.
     """
     report = span_report(template, messages, **kw)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 from dojo.modelspec import ModelSpec
 
 if TYPE_CHECKING:
-    from dojo.estimate import Setup
+    from dojo.estimate.setup import Setup
 
 GIB = 2**30
 

@@ -1,6 +1,6 @@
 """Packing short samples into full rows, and the two collators the Trainer uses.
 
-API (imported by the worker, after ``dojo.train.data.build_examples``):
+API (imported by the worker, after ``dojo.train.worker.examples.build_examples``):
 
     pack(examples, seq_len) -> list[dict]          rows of <= seq_len tokens: input_ids, labels,
                                                    position_ids restarting at 0 for each sample

@@ -1,0 +1,5 @@
+import sys
+
+from dojo.train.worker.main import main
+
+sys.exit(main())
