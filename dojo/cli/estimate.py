@@ -1,182 +1,152 @@
-"""``dojo estimate``: GPU and host memory per ZeRO stage for a model and a training setup.
+"""``dojo estimate``: GPU and host memory of the run ``dojo train`` would launch with the same options.
 
-Example: ``dojo estimate --model 7b --num-gpus 8 --seq-len 4096 --grad-ckpt``
+By default it describes dojo train on a CUDA machine with dojo's GPU extras (this machine when it
+has GPUs); ``--liger off --compile off --no-packing`` describes a plain HF Trainer + DeepSpeed
+script. ``--zero all`` lists every stage, bare and with CPU offload (DeepSpeed's estimators' menu).
 """
 
-import enum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dojo.architectures import alias_help
+from dojo.cli.options import with_run_options
 
 if TYPE_CHECKING:
-    from dojo.estimate import Setup
+    from dojo.run.resolved import ResolvedRun
 
 
-class ZeroChoice(str, enum.Enum):
-    s0 = "0"
-    s1 = "1"
-    s2 = "2"
-    s3 = "3"
-    all = "all"
-
-
-class MethodChoice(str, enum.Enum):
-    full = "full"
-    lora = "lora"
-    qlora = "qlora"
-
-
-class OffloadChoice(str, enum.Enum):
-    none = "none"
-    cpu = "cpu"
-    nvme = "nvme"
-
-
-class RuleChoice(str, enum.Enum):
-    current = "current"
-    docs = "docs"
-
-
-class AttentionChoice(str, enum.Enum):
-    sdpa = "sdpa"
-    flash_attention_2 = "flash_attention_2"
-    eager = "eager"
-
-
+@with_run_options("estimate")
 def estimate_cmd(
-    model: Annotated[
+    opts: dict[str, Any],
+    overlap_rule: Annotated[
         str,
         typer.Option(
-            "--model",
-            help="Size alias, architecture name (llama-3.1-8b, qwen2.5-7b, ...), config.json or "
-            f"model folder, or Hub id (org/name). Aliases: {alias_help()}.",
+            "--overlap-rule",
+            help="Bucket cost shown in the comm column: current (today's DeepSpeed) or docs "
+            "(the 4.5x rule of DeepSpeed's docs, DeepSpeed <= 0.3); the other is shown beside it.",
+            metavar="current|docs",
         ),
-    ],
-    zero: Annotated[
-        ZeroChoice, typer.Option("--zero", help="ZeRO stage; 'all' lists every stage and offload.")
-    ] = ZeroChoice.all,
-    method: Annotated[MethodChoice, typer.Option("--method")] = MethodChoice.full,
-    num_gpus: Annotated[int, typer.Option("--num-gpus", help="GPUs per node.")] = 1,
-    num_nodes: Annotated[int, typer.Option("--num-nodes")] = 1,
-    offload: Annotated[
-        OffloadChoice | None,
-        typer.Option("--offload", help="Offload the optimizer (at stage 3 also the params)."),
-    ] = None,
-    offload_param: Annotated[
-        OffloadChoice | None, typer.Option("--offload-param", help="Stage 3 only.")
-    ] = None,
-    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per GPU.")] = 1,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")] = 2048,
-    grad_ckpt: Annotated[bool, typer.Option("--grad-ckpt/--no-grad-ckpt")] = False,
-    overlap_comm: Annotated[
-        bool | None,
-        typer.Option("--overlap-comm/--no-overlap-comm", help="Default: on at stage 3 only."),
-    ] = None,
-    bucket_size: Annotated[
-        int | None,
-        typer.Option("--bucket-size", help="Reduce/allgather bucket, elements (default hidden^2)."),
-    ] = None,
-    overlap_rule: Annotated[
-        RuleChoice,
-        typer.Option("--overlap-rule", help="current: today's DeepSpeed; docs: the 4.5x rule."),
-    ] = RuleChoice.current,
-    lora_rank: Annotated[int, typer.Option("--lora-rank")] = 16,
-    attention: Annotated[AttentionChoice, typer.Option("--attention")] = AttentionChoice.sdpa,
-    gpu_memory: Annotated[
-        float | None,
-        typer.Option("--gpu-memory", help="GiB per GPU for the verdict (default: local GPU)."),
-    ] = None,
-    cpu_memory: Annotated[
-        float | None, typer.Option("--cpu-memory", help="Host RAM per node, GiB.")
-    ] = None,
+    ] = "current",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Estimate GPU and host memory per ZeRO stage (full, LoRA or QLoRA)."""
+    """Estimate GPU and host memory per ZeRO stage (full, LoRA or QLoRA) of a dojo train run.
+
+    \b
+    dojo estimate --model 7b --zero 3
+    dojo estimate --model llama-3.1-8b --zero all --micro-batch 4 --seq-len 4096 --grad-ckpt
+    dojo estimate --model 8b --method qlora --liger off --compile off --no-packing  # plain HF
+    """
     from dojo import _output
-    from dojo import estimate as est
     from dojo.errors import EstimateError
     from dojo.estimate import table as estimate_table
+    from dojo.estimate.model import estimate
     from dojo.modelspec import resolve_model
+    from dojo.run import inputs, machine, render
 
-    if bucket_size is not None and bucket_size <= 0:  # before any network access
+    if overlap_rule not in ("current", "docs"):
         raise EstimateError(
-            f"--bucket-size {bucket_size}: must be positive",
-            hint="use e.g. --bucket-size 500000000, or leave it out for HF's auto (hidden^2)",
+            f"--overlap-rule {overlap_rule!r} is not a rule", hint="use current or docs"
         )
-    if gpu_memory is None:
-        from dojo.gpus import list_gpus
+    zero_all = str(opts.get("zero") or "").strip().lower() == "all"
+    if zero_all:
+        opts = {**opts, "zero": None}
+    if opts.get("model") is None:
+        raise EstimateError(
+            "missing --model", hint="e.g. dojo estimate --model 7b (see --help for the aliases)"
+        )
+    values = inputs.merge("estimate", {}, opts)
+    target = machine.for_plan(gpu_memory_gib=values["gpu_memory"])
+    gpus_per_node = world_per_node(values, target)
+    spec = resolve_model(values["model"])
+    runs = plan_runs(values, spec, target, gpus_per_node, inputs.given(opts), zero_all)
+    cpu = values["cpu_memory"]
+    rows = []
+    for run in runs:
+        setup = render.estimate_setup(run, target.gpu_memory_gib, cpu)
+        if overlap_rule != "current":
+            import dataclasses
 
-        gpus = list_gpus()
-        gpu_memory = min(g.memory_gib for g in gpus) if gpus else None
-    base = est.Setup(
-        method=method.value,
-        num_gpus=num_gpus,
-        num_nodes=num_nodes,
-        micro_batch=micro_batch,
-        seq_len=seq_len,
-        grad_ckpt=grad_ckpt,
-        overlap_comm=overlap_comm,
-        bucket_size=bucket_size,
-        overlap_rule=overlap_rule.value,
-        lora_rank=lora_rank,
-        attention=attention.value,
-        gpu_memory_gib=gpu_memory,
-        cpu_memory_gib=cpu_memory,
-    )
-    est.validate(base)
-    setups = plan_rows(
-        base,
-        zero.value,
-        None if offload is None else offload.value,
-        None if offload_param is None else offload_param.value,
-    )
-    spec = resolve_model(model)
-    rows = [est.estimate(spec, s) for s in setups]
+            setup = dataclasses.replace(setup, overlap_rule=overlap_rule)
+        rows.append(estimate(spec, setup))
     if as_json:
-        _output.echo(_output.dumps(estimate_table.payload(rows)))
+        doc = estimate_table.payload(rows)
+        doc["assumed"] = list(runs[0].assumed)
+        doc["runs"] = [r.to_dict() for r in runs]
+        _output.echo(_output.dumps(doc))
     elif _output.stdout_is_tty():
         estimate_table.render_rich(rows)
     else:
         _output.echo(estimate_table.render_plain(rows))
+    for line in runs[0].assumed:
+        _output.info(f"assumed: {line}")
     for note in dict.fromkeys(n for r in rows for n in r.notes):
         _output.info(f"note: {note}")
-    if gpu_memory is None and not as_json:
-        _output.info("note: no GPU found and no --gpu-memory given, so no fits verdict")
+    if target.gpu_memory_gib is None and not as_json:
+        _output.info("note: no GPU here and no --gpu-memory given, so no fits verdict")
 
 
-def plan_rows(
-    base: "Setup", zero: str, offload: str | None, offload_param: str | None
-) -> list["Setup"]:
-    """The stage/offload rows to show. --offload at stage 3 also offloads params by default."""
-    from dataclasses import replace
+def world_per_node(values: dict[str, Any], target: Any) -> int:
+    """GPUs per node: --num-gpus N, or how many --gpus names (ids; 'all' = the GPUs here)."""
+    from dojo.errors import ConfigError
 
-    from dojo.errors import EstimateError
-
-    stages = [0, 1, 2, 3] if zero == "all" else [int(zero)]
-    if offload_param not in (None, "none") and zero != "all" and int(zero) != 3:
-        raise EstimateError(
-            f"--offload-param {offload_param} exists only at ZeRO stage 3, got --zero {zero}",
-            hint="use --zero 3, or drop --offload-param",
+    if values["gpus"] is not None and values["num_gpus"] is not None:
+        raise ConfigError(
+            "--gpus and --num-gpus both given",
+            hint="--gpus 0,1 names GPUs, --num-gpus 2 counts them",
         )
-    if offload not in (None, "none") and zero == "0":
-        raise EstimateError(
-            f"--offload {offload} needs ZeRO stage 1-3, got --zero 0", hint="use --zero 2 or 3"
-        )
-    combos: list[tuple[int, Any, Any]] = []  # (stage, optimizer offload, param offload)
-    for st in stages:
-        if offload is None and offload_param is None and zero == "all":
-            # The DeepSpeed estimators' menu: each stage bare, then with CPU offload.
+    if values["num_gpus"] is not None:
+        return int(values["num_gpus"])
+    spec = values["gpus"]
+    if spec is None:
+        return 1
+    if spec.strip() == "all":
+        return max(1, len(target.gpu_ids))
+    from dojo.gpus import parse_gpus
+
+    ids = [p.strip() for p in spec.split(",")]
+    return len(parse_gpus(spec, [int(i) for i in ids if i.isascii() and i.isdigit()]))
+
+
+def plan_runs(
+    values: dict[str, Any],
+    spec: Any,
+    target: Any,
+    gpus_per_node: int,
+    given: set[str],
+    zero_all: bool,
+) -> list["ResolvedRun"]:
+    """One resolved run per row: the stage asked, or every stage bare and with CPU offload."""
+    from dojo.run import resolve
+
+    if not zero_all:
+        return [
+            resolve.resolve(
+                values, machine=target, spec=spec, gpus_per_node=gpus_per_node, given=given
+            )
+        ]
+    combos: list[tuple[int, str, str]] = []
+    off, off_p = values["offload"], values["offload_param"]
+    for st in (0, 1, 2, 3):
+        if "offload" not in given and "offload_param" not in given:
             combos.append((st, "none", "none"))
-            if st in (1, 2):
-                combos.append((st, "cpu", "none"))
-            if st == 3:
-                combos += [(st, "cpu", "none"), (st, "cpu", "cpu")]
+            combos += [(st, "cpu", "none")] if st in (1, 2) else []
+            combos += [(st, "cpu", "none"), (st, "cpu", "cpu")] if st == 3 else []
+        elif (
+            st == 0
+            and (off != "none" or off_p not in ("auto", "none"))
+            or st != 3
+            and off_p not in ("auto", "none")
+        ):
             continue
-        opt = offload or "none"
-        if st == 0 and (opt != "none" or offload_param not in (None, "none")):
-            continue
-        param = offload_param if offload_param is not None else (opt if st == 3 else "none")
-        combos.append((st, opt if st else "none", param if st == 3 else "none"))
-    return [replace(base, stage=st, offload_optimizer=o, offload_param=p) for st, o, p in combos]
+        else:
+            combos.append((st, off if st else "none", off_p if st == 3 else "none"))
+    return [
+        resolve.resolve(
+            {**values, "zero": st, "offload": o, "offload_param": p},
+            machine=target,
+            spec=spec,
+            gpus_per_node=gpus_per_node,
+            given=given,
+        )
+        for st, o, p in combos
+    ]

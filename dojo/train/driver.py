@@ -1,90 +1,82 @@
 """`dojo train` from flags to exit code: resolve, preflight, write train.json + ds_config.json, launch.
 
-Nothing is written before every check passed; ``--dry-run`` writes nothing and launches nothing.
+Nothing is written before every check passed. ``--dry-run`` launches nothing; it writes the run
+files the printed command references, so the command can be pasted and run.
 """
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 from dojo import _io, _output
 from dojo.errors import LaunchError
+from dojo.run import inputs, render, resolve
+from dojo.run.resolved import ResolvedRun
 from dojo.train import checkpoints, launch, preflight, rank_status
-from dojo.train import config as train_config
-from dojo.train.config import TrainConfig
 from dojo.train.preflight import Plan
 
-
-def resolve(config_path: Path | None, flags: dict[str, Any]) -> TrainConfig:
-    file_values = train_config.load(config_path) if config_path is not None else {}
-    return train_config.check(train_config.merge(file_values, flags))
+RECORD = "train.json"
 
 
-def plan(cfg: TrainConfig, *, force: bool, present: list[Any] | None = None) -> Plan:
+def plan(
+    values: dict[str, Any], given: set[str], *, force: bool, dry_run: bool = False,
+    present: list[Any] | None = None,
+) -> Plan:  # fmt: skip
     """Every check, cheapest first; raises one DojoError on the first failure."""
-    devices = preflight.resolve_devices(cfg, present)
-    preflight.check_extras(cfg, devices)
-    compile_on(cfg, devices)  # --compile on without CUDA: refused before anything is read
-    precision = preflight.resolve_precision(cfg, devices)
-    kind, spec = preflight.resolve_model(cfg)
-    preflight.check_template(cfg, kind)
-    data = cfg.data or preflight.default_data()
-    data_info = preflight.check_data(cfg, data)
-    preflight.check_output(cfg, spec, force=force)
-    resume_from = preflight.check_resume(cfg, devices)
-    est, notes = fit_check(cfg, devices, spec, present, force=force)
-    notes.append("data: " + data_info["summary"])  # valid/bad counts, first bad rows with line
-    if cfg.trust_remote_code:
-        notes.append("warning: --trust-remote-code is ON: the model's own Python code will run")
-    return Plan(
-        cfg, devices, precision, kind, spec, tuple(data), data_info, resume_from, est, tuple(notes)
-    )
-
-
-def fit_check(
-    cfg: TrainConfig, devices: launch.Devices, spec: Any, present: list[Any] | None, *, force: bool
-) -> tuple[Any, list[str]]:
-    """dojo estimate for this exact run; on GPUs that it does not fit: the table and a stop."""
-    from dojo import estimate as est_mod
     from dojo.gpus import list_gpus
 
-    notes: list[str] = []
-    if spec is None or not hasattr(est_mod, "estimate"):
-        return None, notes
-    gpu_mem = host_mem = None
-    if devices.kind == "cuda":
-        found = list_gpus() if present is None else present
-        mems = [g.memory_gib for g in found if g.index in devices.ids]
-        gpu_mem = min(mems) if mems else None
-        host_mem = host_memory_gib()
-    setup = est_mod.Setup(
-        stage=cfg.zero_stage,
-        method=cfg.method,  # type: ignore[arg-type]
-        num_gpus=max(1, devices.world_size),
-        num_nodes=cfg.num_nodes or 1,
-        offload_optimizer=cfg.offload,  # type: ignore[arg-type]
-        offload_param=cfg.offload_param,  # type: ignore[arg-type]
-        micro_batch=cfg.micro_batch,
-        seq_len=cfg.seq_len,
-        grad_ckpt=cfg.grad_ckpt,
-        lora_rank=cfg.lora_r,
-        lora_dropout=cfg.lora_dropout,
-        overlap_comm=cfg.overlap_comm,
-        bucket_size=cfg.resolved_bucket_size(getattr(spec, "params", None)),
-        attention="eager" if cfg.attn == "eager" else "sdpa",
-        liger=liger_on(cfg, devices),
-        gpu_memory_gib=gpu_mem,
-        cpu_memory_gib=host_mem,
+    found = list_gpus() if present is None else present
+    machine, devices, notes = preflight.place(values, found, dry_run=dry_run)
+    preflight.check_extras(values["method"], devices, dry_run=dry_run)
+    per_node = devices.world_size or max(1, len(found))
+    resolve.resolve(values, machine=machine, gpus=devices.ids, gpus_per_node=per_node, given=given)
+    kind, spec = preflight.resolve_model(values["model"])
+    run = resolve.resolve(
+        values, machine=machine, spec=spec, gpus=devices.ids, gpus_per_node=per_node, given=given
     )
-    est = est_mod.estimate(spec, setup)
-    gpu_ok = gpu_mem is None or est.gpu_total_gib <= gpu_mem
-    if devices.kind == "cuda" and not gpu_ok:
-        table = _estimate_table(est)
+    preflight.check_init(run, kind)
+    preflight.check_template(run.template, run.model, kind)
+    data = run.data or preflight.default_data()
+    data_info = preflight.check_data(data)
+    preflight.check_output(run, spec, force=force)
+    resume_from = preflight.check_resume(run)
+    est, fit_notes = fit_check(run, spec, machine, force=force)
+    notes += fit_notes
+    notes.append("data: " + data_info["summary"])
+    if run.trust_remote_code:
+        notes.append("warning: --trust-remote-code is ON: the model's own Python code will run")
+    notes += stage_advice(run)
+    return Plan(run, devices, kind, spec, tuple(data), data_info, resume_from, est, tuple(notes))
+
+
+def stage_advice(run: ResolvedRun) -> list[str]:
+    """Say where a stage buys nothing; never change what the user asked for."""
+    if run.zero == 3 and run.world_size == 1 and run.adapters and run.offload_param == "none":
+        return [
+            "note: ZeRO-3 on one GPU shards nothing; with a frozen base it only adds per-layer "
+            "gathers. --zero 2 (or 0) runs the same training faster with the same memory for "
+            "the weights"
+        ]
+    return []
+
+
+def fit_check(run: ResolvedRun, spec: Any, machine: Any, *, force: bool) -> tuple[Any, list[str]]:
+    """dojo estimate for this exact run; on GPUs that it does not fit: the table and a stop."""
+    from dojo.estimate.model import estimate
+
+    notes: list[str] = []
+    gpu_mem = machine.gpu_memory_gib if machine.cuda else None
+    host_mem = machine.host_memory_gib if run.device == "cuda" else None
+    est = estimate(spec, render.estimate_setup(run, gpu_mem, host_mem))
+    if gpu_mem is not None and est.gpu_total_gib > gpu_mem:
+        from dojo.estimate import table
+
         msg = f"this run needs about {est.gpu_total_gib:.1f} GiB per GPU, the GPUs have {gpu_mem:.1f} GiB"
-        hint = "try " + "; ".join(_suggestions(cfg)) + "; or pass --force to launch anyway"
+        hint = "try " + "; ".join(_suggestions(run)) + "; or pass --force to launch anyway"
         if not force:
-            _output.info(table)
+            _output.info(table.render_plain([est]))
             raise LaunchError(msg, hint=hint)
         notes.append(f"warning: {msg}; launching anyway (--force)")
     elif host_mem is not None and est.cpu_total_gib > host_mem:
@@ -93,157 +85,81 @@ def fit_check(
         notes.append(
             f"warning: this run needs about {est.cpu_total_gib:.1f} GiB of host RAM (offloaded "
             f"states, pinned), this machine reports {host_mem:.1f} GiB; if the kernel kills a rank, "
-            "try " + "; ".join(_suggestions(cfg, host=True))
+            "try " + "; ".join(_suggestions(run, host=True))
         )
     return est, notes
 
 
-def host_memory_gib() -> float | None:
-    """RAM this machine reports (MemTotal, or a lower cgroup v2/v1 limit); None if unknown."""
-    import contextlib
-    import os
-
-    sizes: list[float] = []
-    with contextlib.suppress(ValueError, OSError, AttributeError):
-        sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            value = Path(limit).read_text().strip()
-        except OSError:
-            continue
-        if value.isdigit() and int(value) < 1 << 60:  # "max" / 2^63-ish mean no limit
-            sizes.append(int(value))
-    return min(sizes) / 2**30 if sizes else None
-
-
-def _cuda_switch(flag: str, value: str, devices: launch.Devices, why: str) -> bool | None:
-    """An on/off/auto CUDA-only feature: on without CUDA is an error; off or no CUDA -> False;
-    on -> True; auto -> None (the caller decides)."""
-    if value == "on" and devices.kind != "cuda":
-        raise LaunchError(
-            f"--{flag} on needs CUDA GPUs ({why})", hint=f"use --{flag} auto or off on a CPU run"
-        )
-    if value == "off" or devices.kind != "cuda":
-        return False
-    return True if value == "on" else None
-
-
-def liger_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
-    """Liger's fused linear cross-entropy: Triton kernels, so CUDA only."""
-    import importlib.util
-
-    on = _cuda_switch("liger", cfg.liger, devices, "Liger's kernels are Triton")
-    return on if on is not None else importlib.util.find_spec("liger_kernel") is not None
-
-
-def compile_on(cfg: TrainConfig, devices: launch.Devices) -> bool:
-    """Regional torch.compile: Inductor's Triton kernels, so CUDA only (like Liger). auto: only
-    the setups it was measured to work and help in (full, ZeRO 0-2, no offload, no grad-ckpt)."""
-    import importlib.util
-
-    on = _cuda_switch("compile", cfg.compile, devices, "Inductor generates Triton kernels")
-    if on is not None:
-        return on
-    measured = (
-        cfg.method == "full" and cfg.zero_stage <= 2 and cfg.offload == "none" and not cfg.grad_ckpt
-    )
-    return measured and importlib.util.find_spec("triton") is not None
-
-
-def _estimate_table(est: Any) -> str:
-    from dojo.estimate import table as estimate_table
-
-    return estimate_table.render_plain([est])
-
-
-def _suggestions(cfg: TrainConfig, *, host: bool = False) -> list[str]:
+def _suggestions(run: ResolvedRun, *, host: bool = False) -> list[str]:
     out = []
     if host:  # offloaded states exceed host RAM: shard over more ranks, shrink or stop offloading
-        if cfg.zero_stage < 3:
+        if run.zero < 3:
             out.append("--zero 3 (pins less host memory)")
-        if cfg.method == "full":
+        if run.method == "full":
             out.append("--method lora")
         out.append("--offload none")
         return out
-    if cfg.zero_stage < 3:
-        out.append(f"--zero {cfg.zero_stage + 1}")
-    if cfg.offload == "none" and cfg.zero_stage > 0:
+    if run.zero < 3:
+        out.append(f"--zero {run.zero + 1}")
+    if run.offload_optimizer == "none" and run.zero > 0:
         out.append("--offload cpu")
-    if not cfg.grad_ckpt:
+    if not run.grad_ckpt:
         out.append("--grad-ckpt")
-    if cfg.micro_batch > 1:
-        out.append(f"--micro-batch {max(1, cfg.micro_batch // 2)}")
-    if cfg.method == "full":
+    if run.micro_batch > 1:
+        out.append(f"--micro-batch {max(1, run.micro_batch // 2)}")
+    if run.method == "full":
         out.append("--method lora")
     return out
 
 
-def build_ds_config(cfg: TrainConfig, spec: Any) -> dict[str, Any]:
-    from dojo.zero import ZeroConfig, build_ds_config
-
-    zc = ZeroConfig(
-        stage=cfg.zero_stage,
-        offload=cfg.offload,
-        offload_param=cfg.offload_param if cfg.zero_stage == 3 else None,
-        optimizer=cfg.optimizer,
-        scheduler=cfg.scheduler,
-        overlap_comm=cfg.overlap_comm,
-        bucket_size=cfg.resolved_bucket_size(getattr(spec, "params", None)),
-        precision="auto",  # TrainingArguments bf16/fp16 decide (the worker sets them)
-        hidden_size=getattr(spec, "hidden_size", None),
-    )
-    return build_ds_config(zc)
-
-
-def hf_optim(p: Plan) -> str:
-    # Fused AdamW is the transformers 5.24 default on CUDA; the plain loop is the safe CPU one.
-    return "adamw_torch_fused" if p.devices.kind == "cuda" else "adamw_torch"
-
-
-def run_record(p: Plan, run_dir: Path, tokenizer_path: str, model_path: str) -> dict[str, Any]:
-    """train.json: the resolved config plus what the launcher decided (devices, paths, estimate)."""
-    cfg = p.cfg
+def record(p: Plan, run_dir: Path, model_path: str, tokenizer_path: str) -> dict[str, Any]:
+    """train.json: the ResolvedRun, the paths the launcher decided, and the estimate."""
+    est = p.estimate
     return {
-        **train_config.to_dict(cfg),
-        "data": list(p.data_paths),
-        "run_dir": str(run_dir),
-        "output_dir": str(run_dir),
-        "ds_config": str(run_dir / "ds_config.json"),
-        "device": p.devices.kind,
-        "world_size": p.devices.world_size * (cfg.num_nodes or 1),
-        "precision_resolved": p.precision,
-        "lr_resolved": cfg.resolved_lr(),
-        "hf_optim": hf_optim(p),
-        "liger_resolved": liger_on(cfg, p.devices),
-        "compile_resolved": compile_on(cfg, p.devices),
+        "run": p.run.to_dict(),
+        "paths": {
+            "run_dir": str(run_dir),
+            "ds_config": str(run_dir / "ds_config.json"),
+            "model": model_path,
+            "tokenizer": tokenizer_path,
+            "data": list(p.data_paths),
+            "resume_from": p.resume_from,
+        },
         "model_kind": p.model_kind,
-        "model_path": model_path,
-        "tokenizer_path": tokenizer_path,
-        "resume_from": p.resume_from,
-        "estimated_gpu_gib": p.estimated_gpu_gib,
-        "tensorboard": _has("tensorboard"),
-    }
+        "estimate": None if est is None else {
+            "device_gib": round(est.gpu_total / 2**30, 3),
+            "allocated_gib": round(est.allocated / 2**30, 3),
+            "host_gib": round(est.cpu_total / 2**30, 3),
+        },
+    }  # fmt: skip
 
 
-def _has(mod: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(mod) is not None
-
-
-def main(config_path: Path | None, flags: dict[str, Any], *, force: bool, dry_run: bool) -> int:
-    cfg = resolve(config_path, flags)
-    p = plan(cfg, force=force)
-    run_dir = Path(cfg.output_dir).resolve()
-    ds = build_ds_config(cfg, p.spec)
+def main(
+    config_path: str | None, flags: dict[str, Any], *, force: bool, dry_run: bool,
+    print_config: bool = False,
+) -> int:  # fmt: skip
+    started = time.monotonic()
+    file_values = inputs.load_file(config_path) if config_path is not None else {}
+    values = inputs.merge("train", file_values, flags)
+    given = inputs.given(flags) | set(file_values)
+    if print_config:
+        _output.echo(inputs.to_yaml(values))
+        return 0
+    p = plan(values, given, force=force, dry_run=dry_run)
+    run = p.run
+    run_dir = Path(run.output_dir).resolve()
+    ds = render.ds_config(run, p.spec)
     from dojo.zero.explain import explain_optim_sched
 
-    port = cfg.master_port or launch.free_port()
-    cmd = launch.build_command(cfg, run_dir, p.devices, port)
+    port = run.master_port or launch.free_port()
+    cmd = launch.build_command(run, run_dir, p.devices, port)
     env = launch.launch_env(p.devices)
     for line in p.notes:
         _output.info(line)
-    for line in explain_optim_sched(ds, hf_optim(p), "linear"):
+    for line in run.assumed:
+        _output.info(f"assumed: {line}")
+    hf_optim = run.optim if run.optimizer_from == "hf" else "adamw_torch"
+    for line in explain_optim_sched(ds, hf_optim, "linear"):
         _output.info(line)
     where = (
         f"{p.devices.world_size} CPU process(es)"
@@ -251,25 +167,22 @@ def main(config_path: Path | None, flags: dict[str, Any], *, force: bool, dry_ru
         else (f"GPUs {','.join(map(str, p.devices.ids))}" if p.devices.ids else "hostfile slots")
     )
     est = (
-        f", estimate {p.estimated_gpu_gib:.2f} GiB per GPU"
-        if p.estimated_gpu_gib is not None
-        else ""
+        f", estimate {p.estimate.gpu_total_gib:.2f} GiB per GPU" if p.devices.kind == "cuda" else ""
     )
-    _output.info(f"dojo train: {cfg.method}, ZeRO-{cfg.zero_stage}, {where}, {p.precision}{est}")
-    if dry_run:
-        model_path = cfg.model or str(run_dir / "tiny-model")
-        record = run_record(p, run_dir, model_path, model_path)
-        _output.echo(launch.format_command(cmd, env if p.devices.kind == "cpu" else None))
-        _output.echo(_output.dumps({"train": record, "ds_config": ds}))
-        return 0
+    _output.info(f"dojo train: {run.method}, ZeRO-{run.zero}, {where}, {run.precision}{est}")
     model_path, tokenizer_path = _prepare_model(p, run_dir)
-    record = run_record(p, run_dir, tokenizer_path, model_path)
-    _write_run_files(run_dir, record, ds, force=force or cfg.resume)
-    _output.info(f"run config: {run_dir / 'train.json'}")
+    rec = record(p, run_dir, model_path, tokenizer_path)
+    _write_run_files(run_dir, rec, ds, force=force or run.resume, dry_run=dry_run)
+    shown = launch.format_command(cmd, env if p.devices.kind == "cpu" else None)
+    if dry_run:
+        _output.info(f"run files: {run_dir / RECORD}, {run_dir / 'ds_config.json'}")
+        _output.echo(shown)
+        return 0
+    _output.info(f"run config: {run_dir / RECORD}")
     _output.info(f"deepspeed config: {run_dir / 'ds_config.json'}")
     if p.resume_from:
         _output.info(f"resuming from {p.resume_from}")
-    _output.info("launch: " + launch.format_command(cmd, env if p.devices.kind == "cpu" else None))
+    _output.info("launch: " + shown)
     rank_status.clear(run_dir)
     rc = launch.run(cmd, env)
     if rc == 130:
@@ -288,14 +201,25 @@ def main(config_path: Path | None, flags: dict[str, Any], *, force: bool, dry_ru
             f"see the rank output above; complete checkpoints in {run_dir} can be continued with --resume",
         )
     else:
-        _output.info(f"done: {run_dir / 'dojo_summary.json'}")
+        _output.info(final_line(run_dir, time.monotonic() - started))
     return rc
+
+
+def final_line(run_dir: Path, wall_s: float) -> str:
+    """Where the model went, the final loss, memory measured beside estimated, the wall time."""
+    from dojo.train.summary import describe
+
+    try:
+        summary = json.loads((run_dir / "dojo_summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"done in {wall_s:.0f} s: {run_dir}"
+    return describe(summary, run_dir, wall_s)
 
 
 def _prepare_model(p: Plan, run_dir: Path) -> tuple[str, str]:
     """(model path, tokenizer path); the tiny default is written into the run folder."""
     if p.model_kind != "tiny":
-        model = str(p.cfg.model)
+        model = str(p.run.model)
         ref = str(Path(model).expanduser().resolve()) if p.model_kind == "local" else model
         return ref, ref
     from dojo.train.tiny import materialize_tiny_model
@@ -308,12 +232,23 @@ def _prepare_model(p: Plan, run_dir: Path) -> tuple[str, str]:
 
 
 def _write_run_files(
-    run_dir: Path, record: dict[str, Any], ds: dict[str, Any], *, force: bool
+    run_dir: Path, rec: dict[str, Any], ds: dict[str, Any], *, force: bool, dry_run: bool
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    if force and not record["resume"]:
+    if force and not rec["run"]["resume"]:
         # Starting over in the same folder: stale checkpoints would be taken by a later --resume.
         for _, path, _ in checkpoints.list_checkpoints(run_dir):
             shutil.rmtree(path, ignore_errors=True)
-    _io.write_text_atomic(run_dir / "train.json", json.dumps(record, indent=2) + "\n", force=True)
+    mark = run_dir / preflight.DRY_RUN_MARK
+    if dry_run and not any(p.name not in preflight.DRY_RUN_FILES for p in run_dir.iterdir()):
+        mark.touch()
+    elif not dry_run and mark.exists():
+        mark.unlink()
+    _io.write_text_atomic(run_dir / RECORD, json.dumps(rec, indent=2) + "\n", force=True)
     _io.write_text_atomic(run_dir / "ds_config.json", json.dumps(ds, indent=2) + "\n", force=True)
+
+
+def load_record(path: str | Path) -> tuple[ResolvedRun, dict[str, Any]]:
+    """train.json -> (the ResolvedRun, the rest of the record); what the worker reads."""
+    rec = json.loads(Path(path).read_text(encoding="utf-8"))
+    return ResolvedRun.from_dict(rec["run"]), rec

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dojo.train.config import TrainConfig
+from dojo.run.resolved import ResolvedRun
 
 WORKER_MODULE = "dojo.train.worker"
 # After forwarding Ctrl-C, give the ranks this long to exit before SIGKILL (s): DeepSpeed's
@@ -63,7 +63,7 @@ def launch_env(devices: Devices, base: dict[str, str] | None = None) -> dict[str
 
 
 def build_command(
-    cfg: TrainConfig,
+    cfg: ResolvedRun,
     run_dir: str | Path,
     devices: Devices,
     master_port: int,
@@ -76,7 +76,7 @@ def build_command(
         # Multi-node: the hostfile lists the machines and their slots; --include would clash
         # with --num_nodes ("Cannot specify num_nodes/gpus with include/exclude").
         cmd += ["--hostfile", str(cfg.hostfile)]
-        if cfg.num_nodes is not None:
+        if cfg.num_nodes > 1:
             cmd += ["--num_nodes", str(cfg.num_nodes)]
         if cfg.master_addr is not None:
             cmd += ["--master_addr", cfg.master_addr]

@@ -1,8 +1,8 @@
 """Everything ``dojo train`` checks before it launches, cheaply and without the training stack.
 
-GPUs, extras (``importlib.util.find_spec``, nothing imported), model config, chat template, data
-(>= 1 valid row), output folder (writable, free disk, no run clobbered), resume point, and the
-``dojo estimate`` verdict for this exact run. Each failure is one DojoError naming flag and fix.
+GPUs, extras (``importlib.util.find_spec``, nothing imported), model config and weights, chat
+template, data (>= 1 valid row), output folder (writable, free disk, no run clobbered), resume
+point. Each failure is one DojoError naming the flag and the fix.
 """
 
 import importlib.util
@@ -14,12 +14,13 @@ from typing import Any
 
 from dojo import gpus as gpus_mod
 from dojo.errors import DataError, EstimateError, LaunchError, MissingExtraError
+from dojo.run.machine import Machine, assumed_cuda, host_memory_gib
+from dojo.run.resolved import ResolvedRun
 from dojo.train import checkpoints
-from dojo.train.config import TrainConfig
 from dojo.train.launch import Devices
 
 GIB = 1024**3
-# Module -> pip name; what every run imports (worker.py), plus per-method extras.
+# Module -> pip name; what every run imports (the worker), plus per-method extras.
 _EXTRAS = {"torch": "torch", "transformers": "transformers", "deepspeed": "deepspeed"}
 _EXTRAS_BY_METHOD = {
     "lora": {"peft": "peft"},
@@ -29,20 +30,22 @@ _EXTRAS_BY_METHOD = {
 # LoRA checkpoints hold only the trainable adapter, same bytes per trainable parameter.
 _CKPT_BYTES_PER_PARAM = 14
 _DISK_MARGIN = 1.2  # 20% for tokenizer, logs, TensorBoard and filesystem rounding
+DRY_RUN_MARK = ".dojo-dry-run"
+"""A folder holding only what --dry-run wrote is not "an earlier run" to protect."""
+DRY_RUN_FILES = {DRY_RUN_MARK, "train.json", "ds_config.json", "tiny-model"}
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
 
 
 @dataclass(frozen=True)
 class Plan:
     """The checked, resolved run: what the CLI writes to train.json and launches."""
 
-    cfg: TrainConfig
+    run: ResolvedRun
     devices: Devices
-    precision: str
-    """bf16 | fp16 | fp32 actually used (auto resolved: bf16 on GPU, fp32 on CPU)."""
     model_kind: str
     """tiny (bundled config, random weights) | local (folder) | hub (id, downloaded by the worker)."""
     spec: Any
-    """dojo.modelspec.ModelSpec of the model, or None when its config could not be read."""
+    """dojo.modelspec.ModelSpec of the model."""
     data_paths: tuple[str, ...]
     data_info: dict[str, Any] = field(default_factory=dict)
     resume_from: str | None = None
@@ -50,86 +53,155 @@ class Plan:
     notes: tuple[str, ...] = ()
     """Lines for stderr before launch (warnings and what is in effect)."""
 
-    @property
-    def estimated_gpu_gib(self) -> float | None:
-        return None if self.estimate is None else round(float(self.estimate.gpu_total_gib), 3)
 
+def place(
+    values: dict[str, Any], present: list[Any], *, dry_run: bool
+) -> tuple[Machine, Devices, list[str]]:
+    """Where the ranks run: --nproc CPU processes, --gpus/--num-gpus/all GPUs, or the hostfile.
 
-def resolve_devices(cfg: TrainConfig, present: list[Any] | None = None) -> Devices:
-    """--gpus against nvidia-smi; no GPU (or --nproc) = N CPU processes."""
-    found = gpus_mod.list_gpus() if present is None else present
-    if cfg.nproc is not None:
-        return Devices("cpu", tuple(range(cfg.nproc)))
-    if cfg.hostfile is not None:
-        if cfg.gpus not in (None, "all"):
+    GPUs named on a machine without them are refused, except with --dry-run, which plans them
+    for an assumed CUDA machine (the printed command is for that machine)."""
+    notes: list[str] = []
+    gpus, num, nproc = values["gpus"], values["num_gpus"], values["nproc"]
+    if sum(x is not None for x in (gpus, num, nproc)) > 1:
+        raise LaunchError(
+            "--gpus, --num-gpus and --nproc exclude each other",
+            hint="--gpus 0,1 names GPUs, --num-gpus 2 counts them, --nproc N is for CPU runs",
+        )
+    if values["hostfile"] is None and values["num_nodes"] > 1:
+        raise LaunchError(
+            f"--num-nodes {values['num_nodes']} needs --hostfile FILE listing the machines",
+            hint="see DeepSpeed's hostfile format: one 'host slots=N' line per machine",
+        )
+    if nproc is not None:
+        return _cpu(), Devices("cpu", tuple(range(nproc))), notes
+    here = sorted(g.index for g in present)
+    mems = [g.memory_gib for g in present]
+    if present:
+        machine = Machine(
+            cuda=True, gpu_ids=tuple(here), gpu_memory_gib=min(mems),
+            host_memory_gib=host_memory_gib(), liger=_has("liger_kernel"),
+            triton=_has("triton"), flash_attn=_has("flash_attn"),
+        )  # fmt: skip
+    if values["hostfile"] is not None:
+        if gpus not in (None, "all"):
             raise LaunchError(
-                f"--gpus {cfg.gpus} with --hostfile: the hostfile's slots= choose the GPUs per machine",
+                f"--gpus {gpus} with --hostfile: the hostfile's slots= choose the GPUs per machine",
                 hint="drop --gpus, or edit slots= in the hostfile",
             )
-        return Devices("cuda", tuple(g.index for g in found))
-    if cfg.gpus is None:
-        if not found:
-            return Devices("cpu", (0,))
-        return Devices("cuda", tuple(sorted(g.index for g in found)))
-    return Devices("cuda", gpus_mod.parse_gpus(cfg.gpus, [g.index for g in found]))
+        return (machine if present else assumed_cuda()), Devices("cuda", tuple(here)), notes
+    if gpus is None and num is None:
+        if not present:
+            return _cpu(), Devices("cpu", (0,)), notes
+        return machine, Devices("cuda", tuple(here)), notes
+    if num is not None:
+        if present and num > len(here):
+            raise LaunchError(
+                f"--num-gpus {num}: this machine has {len(here)} GPU(s)",
+                hint=f"use --num-gpus {len(here)} or fewer, or --gpus to name them",
+            )
+        ids = tuple(here[:num]) if present else tuple(range(num))
+    elif present:
+        ids = gpus_mod.parse_gpus(gpus, here)
+    else:
+        if gpus.strip() == "all":
+            raise LaunchError(
+                "--gpus all: no NVIDIA GPU found",
+                hint="name them (--gpus 0,1) to plan with --dry-run, or use --nproc N on the CPU",
+            )
+        ids = gpus_mod.parse_gpus(gpus, list(range(65536)))  # syntax only: nothing is here
+    if not present:
+        shown = f"--gpus {gpus}" if gpus is not None else f"--num-gpus {num}"
+        if not dry_run:
+            raise LaunchError(
+                f"{shown}: no NVIDIA GPU on this machine",
+                hint="use --dry-run to write the plan and command for a GPU machine, or --nproc N for a CPU run",
+            )
+        notes.append(
+            f"warning: {shown}: these GPUs are not on this machine; planned for an assumed CUDA machine with dojo's GPU extras"
+        )
+        return assumed_cuda(), Devices("cuda", ids), notes
+    return machine, Devices("cuda", ids), notes
 
 
-def check_extras(cfg: TrainConfig, devices: Devices) -> None:
-    need = {**_EXTRAS, **_EXTRAS_BY_METHOD.get(cfg.method, {})}
+def _cpu() -> Machine:
+    return Machine(cuda=False, host_memory_gib=host_memory_gib())
+
+
+def _has(mod: str) -> bool:
+    return importlib.util.find_spec(mod) is not None
+
+
+def check_extras(method: str, devices: Devices, *, dry_run: bool = False) -> None:
+    need = {**_EXTRAS, **_EXTRAS_BY_METHOD.get(method, {})}
     missing = [pip for mod, pip in need.items() if importlib.util.find_spec(mod) is None]
-    if missing:
+    if missing and not dry_run:
         raise MissingExtraError(
-            f"dojo train --method {cfg.method} needs {', '.join(missing)}, not installed",
+            f"dojo train --method {method} needs {', '.join(missing)}, not installed",
             hint="pip install 'dojo[train]'",
         )
-    if cfg.method == "qlora" and devices.kind != "cuda":
+    if method == "qlora" and devices.kind != "cuda":
         raise LaunchError(
             "--method qlora needs an NVIDIA GPU: bitsandbytes 4-bit kernels do not run on the CPU",
             hint="use --method lora on this machine, or run on a GPU machine",
         )
 
 
-def resolve_model(cfg: TrainConfig) -> tuple[str, Any]:
-    """(kind, ModelSpec) for --model: a local folder with config.json, or a Hub id."""
+def resolve_model(model: str | None) -> tuple[str, Any]:
+    """(kind, ModelSpec) for --model: the bundled tiny model, a local folder, or a Hub id."""
     from dojo.modelspec import resolve_model as _resolve
 
-    if cfg.model is None:
+    if model is None:
         from dojo.train.tiny import TINY_CONFIG
 
         return "tiny", _resolve(str(TINY_CONFIG))
-    ref = cfg.model
-    path = Path(ref).expanduser()
+    path = Path(model).expanduser()
     if path.exists():
         if not path.is_dir():
             raise LaunchError(
-                f"--model {ref}: is a file; dojo train needs the model folder",
+                f"--model {model}: is a file; dojo train needs the model folder",
                 hint="point --model at the folder holding config.json (and the weights)",
             )
         return "local", _resolve(str(path))
-    if ref.startswith((".", "/", "~")) or ref.endswith("/") or ref.count("/") != 1:
+    if model.startswith((".", "/", "~")) or model.endswith("/") or model.count("/") != 1:
         raise LaunchError(
-            f"--model {ref}: no such folder",
+            f"--model {model}: no such folder",
             hint="give a local model folder (with config.json) or a Hub id like org/name",
         )
     try:
-        return "hub", _resolve(ref)
+        return "hub", _resolve(model)
     except EstimateError as e:  # offline or unknown id: the run would fail at download anyway
         raise LaunchError(e.message, hint=e.hint) from None
 
 
-def check_template(cfg: TrainConfig, model_kind: str) -> None:
+def has_weights(folder: str | Path) -> bool:
+    p = Path(folder)
+    return p.is_dir() and any(any(p.glob(pattern)) for pattern in WEIGHT_FILES)
+
+
+def check_init(run: ResolvedRun, model_kind: str) -> None:
+    """A model folder without weights trains random weights only when asked (--init random)."""
+    if model_kind == "local" and run.init == "pretrained" and not has_weights(str(run.model)):
+        raise LaunchError(
+            f"--model {run.model}: the folder has a config.json but no weights "
+            "(*.safetensors or pytorch_model*.bin)",
+            hint="copy the weights there, or pass --init random to train from seeded random weights",
+        )
+
+
+def check_template(template: str | None, model: str | None, model_kind: str) -> None:
     """--template must resolve; without it a local model must ship its own chat template."""
     from dojo.chat.template import load_template
     from dojo.errors import TemplateError
 
-    if cfg.template is not None:
-        load_template(cfg.template, flag="--template")
+    if template is not None:
+        load_template(template, flag="--template")
     elif model_kind == "local":
         try:
-            load_template(str(Path(str(cfg.model)).expanduser()), flag="--model")
+            load_template(str(Path(str(model)).expanduser()), flag="--model")
         except TemplateError:
             raise TemplateError(
-                f"--model {cfg.model}: the model folder has no chat template",
+                f"--model {model}: the model folder has no chat template",
                 hint="pass --template NAME, e.g. --template chatml (see 'dojo chat-template list')",
             ) from None
 
@@ -140,7 +212,7 @@ def default_data() -> tuple[str, ...]:
     return (str(templates_dir() / "data" / "demo_chat.jsonl"),)
 
 
-def check_data(cfg: TrainConfig, data: tuple[str, ...]) -> dict[str, Any]:
+def check_data(data: tuple[str, ...]) -> dict[str, Any]:
     """Local files must hold >= 1 valid row; Hub datasets and parquet are read by the worker."""
     from dojo.train.rows import read_rows
 
@@ -160,50 +232,41 @@ def check_data(cfg: TrainConfig, data: tuple[str, ...]) -> dict[str, Any]:
     return info
 
 
-def check_output(cfg: TrainConfig, spec: Any, *, force: bool) -> None:
+def check_output(run: ResolvedRun, spec: Any, *, force: bool) -> None:
     """Writable, enough free disk, and no earlier run overwritten without --force."""
-    out = Path(cfg.output_dir)
+    out = Path(run.output_dir)
     if out.exists() and not out.is_dir():
-        raise LaunchError(f"--output-dir {cfg.output_dir}: is a file", hint="choose a folder path")
+        raise LaunchError(f"--output-dir {run.output_dir}: is a file", hint="choose a folder path")
     parent = out
     while not parent.exists():
         parent = parent.parent
     if not os.access(parent, os.W_OK):
         raise LaunchError(
-            f"--output-dir {cfg.output_dir}: {parent} is not writable", hint="choose another folder"
+            f"--output-dir {run.output_dir}: {parent} is not writable", hint="choose another folder"
         )
-    if out.is_dir() and not cfg.resume and not force and any(out.iterdir()):
+    held = {p.name for p in out.iterdir()} if out.is_dir() else set()
+    planned_only = DRY_RUN_MARK in held and held <= DRY_RUN_FILES
+    if held and not planned_only and not run.resume and not force:
         raise LaunchError(
-            f"--output-dir {cfg.output_dir} already holds files (an earlier run?)",
+            f"--output-dir {run.output_dir} already holds files (an earlier run?)",
             hint="pass --resume to continue it, --force to train into it anyway, or choose another folder",
         )
     if spec is not None:
-        trainable = spec.params if cfg.method == "full" else spec.lora_params(cfg.lora_r)
+        trainable = spec.params if run.method == "full" else spec.lora_params(run.lora_r)
         per_ckpt = trainable * _CKPT_BYTES_PER_PARAM
-        final = spec.params * 2 if cfg.method == "full" or cfg.merge else trainable * 2
-        n_ckpt = cfg.save_total_limit if cfg.save_steps > 0 else 0
+        final = spec.params * 2 if run.method == "full" or run.merge else trainable * 2
+        n_ckpt = run.save_total_limit if run.save_steps > 0 else 0
         need = int((per_ckpt * n_ckpt + final) * _DISK_MARGIN)
         free = shutil.disk_usage(parent).free
         if free < need:
             raise LaunchError(
-                f"--output-dir {cfg.output_dir}: {free / GIB:.1f} GiB free, this run writes about "
+                f"--output-dir {run.output_dir}: {free / GIB:.1f} GiB free, this run writes about "
                 f"{need / GIB:.1f} GiB ({n_ckpt} checkpoints + final weights)",
                 hint="free disk space, lower --save-total-limit, or choose a folder on a larger disk",
             )
 
 
-def check_resume(cfg: TrainConfig, devices: Devices) -> str | None:
-    if not cfg.resume:
+def check_resume(run: ResolvedRun) -> str | None:
+    if not run.resume:
         return None
-    return str(checkpoints.resume_point(cfg.output_dir, devices.world_size))
-
-
-def resolve_precision(cfg: TrainConfig, devices: Devices) -> str:
-    if cfg.precision != "auto":
-        if devices.kind == "cpu" and cfg.precision == "fp16":
-            raise LaunchError(
-                "--precision fp16 needs a GPU", hint="use --precision fp32 or bf16 on CPU"
-            )
-        return cfg.precision
-    # bf16 = the H100/H200/A100 default (no loss scaling); the CPU path trains in fp32.
-    return "bf16" if devices.kind == "cuda" else "fp32"
+    return str(checkpoints.resume_point(run.output_dir, run.world_size))

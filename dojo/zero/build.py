@@ -14,7 +14,7 @@ from dojo.errors import ConfigError
 STAGES = (0, 1, 2, 3)
 DEVICES = ("none", "cpu", "nvme")
 SIDES = ("hf", "ds")
-PRECISIONS = ("bf16", "fp16", "auto")
+PRECISIONS = ("bf16", "fp16", "fp32", "auto")
 
 # DeepSpeed's own defaults (runtime/zero/config.py), written out so the file documents itself.
 DS_BUCKET_DEFAULT = 500_000_000
@@ -209,6 +209,8 @@ def _precision(precision: str) -> dict[str, Any]:
         return {"bf16": {"enabled": True}, "fp16": {"enabled": False}}
     if precision == "fp16":
         return {"bf16": {"enabled": False}, "fp16": {"enabled": True, **_FP16_SCALING}}
+    if precision == "fp32":
+        return {"bf16": {"enabled": False}, "fp16": {"enabled": False}}
     # "auto": fill_match sets each from TrainingArguments --bf16 / --fp16.
     return {"bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto", **_FP16_SCALING}}
 
@@ -265,7 +267,7 @@ def _zero_section(cfg: ZeroConfig) -> dict[str, Any]:
         "contiguous_gradients": True,
         "sub_group_size": SUB_GROUP_SIZE,
         "reduce_bucket_size": _auto_or(reduce),
-        "stage3_prefetch_bucket_size": _auto_or(int(0.9 * h * h) if h else None),
+        "stage3_prefetch_bucket_size": _auto_or(max(1, int(0.9 * h * h)) if h else None),
         "stage3_param_persistence_threshold": _auto_or(10 * h if h else None),
         "stage3_max_live_parameters": MAX_LIVE_PARAMETERS,
         "stage3_max_reuse_distance": MAX_REUSE_DISTANCE,

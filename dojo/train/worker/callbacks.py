@@ -137,18 +137,23 @@ class Measures(TrainerCallback):
                 self.t_end - self.t_step1
             )
         keys = (
-            "peak_gpu_gib",
+            "peak_reserved_gib",
             "peak_allocated_gib",
             "peak_reserved_gib_after_step1",
             "peak_allocated_gib_after_step1",
+            "context_gib",
         )
         out.update(_host_memory())
         if not torch.cuda.is_available():
             return {**out, **dict.fromkeys(keys)}
         after = _cuda_peaks()
         total = {k: max(self.peak_total.get(k, 0.0), after[k]) for k in after}
+        # Device memory beyond PyTorch's pool (CUDA context, kernels, cuBLAS, NCCL): what the
+        # GPU reports as used minus what the allocator holds, read now (one rank per GPU).
+        free, total_mem = torch.cuda.mem_get_info()
+        context = max(0.0, float(total_mem - free) - float(torch.cuda.memory_reserved()))
         vals = torch.tensor(
-            [total["reserved"], total["allocated"], after["reserved"], after["allocated"]],
+            [total["reserved"], total["allocated"], after["reserved"], after["allocated"], context],
             device="cuda",
         )
         if dist.is_available() and dist.is_initialized():

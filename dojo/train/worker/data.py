@@ -11,38 +11,40 @@ from typing import Any
 from dojo.train.worker.callbacks import print0
 
 
-def pick_template(run: dict[str, Any], tokenizer: Any) -> Any:
+def pick_template(job: Any, tokenizer: Any) -> Any:
     """--template (bundled name or file), else the model's own chat template."""
+    run = job.run
     from dojo.chat.template import ChatTemplate, load_template
     from dojo.errors import TemplateError
 
-    if run.get("template"):
-        return load_template(run["template"], flag="--template")
-    folder = Path(run["tokenizer_path"])
+    if run.template:
+        return load_template(run.template, flag="--template")
+    folder = Path(job.tokenizer_path)
     if folder.is_dir():
         return load_template(folder, flag="--model")
     if not getattr(tokenizer, "chat_template", None):
         raise TemplateError(
-            f"--model {run['model']}: the tokenizer has no chat template",
+            f"--model {run.model}: the tokenizer has no chat template",
             hint="pass --template NAME (see 'dojo chat-template list')",
         )
     return ChatTemplate.from_source(
         tokenizer.chat_template,
-        name=f"{run['model']} (own)",
+        name=f"{run.model} (own)",
         bos_token=tokenizer.bos_token,
         eos_token=tokenizer.eos_token,
     )
 
 
-def build(run: dict[str, Any], tokenizer: Any, model: Any) -> tuple[Any, Any, dict[str, Any]]:
+def build(job: Any, tokenizer: Any, model: Any) -> tuple[Any, Any, dict[str, Any]]:
     """(train dataset, collator, data report) for the Trainer."""
     from dojo.train.worker import examples as data_mod
     from dojo.train.worker import packing
 
-    template = pick_template(run, tokenizer)
-    rows = data_mod.load_rows(run["data"])
+    run = job.run
+    template = pick_template(job, tokenizer)
+    rows = data_mod.load_rows(list(job.data))
     examples, report = data_mod.build_examples(
-        rows, tokenizer, template, seq_len=run["seq_len"], overflow=run["overflow"]
+        rows, tokenizer, template, seq_len=run.seq_len, overflow=run.overflow
     )
     info: dict[str, Any] = report.to_dict()
     print0(
@@ -60,7 +62,7 @@ def build(run: dict[str, Any], tokenizer: Any, model: Any) -> tuple[Any, Any, di
     pad_id = (
         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     )
-    if run["packing"]:
+    if run.packing:
         ok, why = packing.packing_supported(model)
         info["packing"] = ok
         if ok:
@@ -71,6 +73,6 @@ def build(run: dict[str, Any], tokenizer: Any, model: Any) -> tuple[Any, Any, di
             # causal (flash) SDPA kernel instead of a masked one over the whole flat batch.
             flatten = getattr(model.config, "_attn_implementation", "") == "flash_attention_2"
             collator = packing.PackedCollator(pad_id, flatten=flatten)
-            return packing.pack(examples, run["seq_len"]), collator, info
+            return packing.pack(examples, run.seq_len), collator, info
         print0(f"warning: packing off, padding instead: {why}")
     return examples, packing.PadCollator(pad_id), info

@@ -9,11 +9,13 @@ resolved run config the parent wrote (``run_dir/train.json``), trains with the H
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import socket
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
 
+from dojo.run.resolved import ResolvedRun
 from dojo.train import rank_status
+from dojo.train.preflight import has_weights
 from dojo.train.worker import data as worker_data
 from dojo.train.worker.callbacks import (
     CheckpointMarker,
@@ -37,33 +41,53 @@ INIT_DIR = "init-weights"
 """Seeded random weights for a model folder without weights (the bundled tiny model)."""
 
 
-def load_run(path: str) -> dict[str, Any]:
-    run: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
-    return run
+@dataclass(frozen=True)
+class Job:
+    """What the parent wrote to RUN_DIR/train.json: the ResolvedRun and the paths it decided."""
+
+    run: ResolvedRun
+    run_dir: str
+    ds_config: str
+    model_path: str
+    tokenizer_path: str
+    resume_from: str | None
+    estimate: dict[str, Any] | None
+    data: tuple[str, ...]
 
 
-def has_weights(folder: str | Path) -> bool:
-    p = Path(folder)
-    return p.is_dir() and any(p.glob("*.safetensors"))
+def load_job(path: str) -> Job:
+    rec = json.loads(Path(path).read_text(encoding="utf-8"))
+    paths = rec["paths"]
+    return Job(
+        run=ResolvedRun.from_dict(rec["run"]),
+        run_dir=paths["run_dir"],
+        ds_config=paths["ds_config"],
+        model_path=paths["model"],
+        tokenizer_path=paths["tokenizer"],
+        resume_from=paths.get("resume_from"),
+        estimate=rec.get("estimate"),
+        data=tuple(paths["data"]),
+    )
 
 
-def materialize_random_weights(run: dict[str, Any]) -> str:
+def materialize_random_weights(job: Job) -> str:
     """Model folder without weights -> seeded random weights saved once per node (local rank 0)
     as safetensors, so every path (ZeRO-3, QLoRA, --merge) loads with from_pretrained."""
-    src = run["model_path"]
+    run = job.run
+    src = job.model_path
     if has_weights(src) or not Path(src).is_dir():
         return str(src)  # a Hub id, or a folder with weights
-    out = Path(run["run_dir"]) / INIT_DIR
+    out = Path(job.run_dir) / INIT_DIR
     if int(os.environ.get("LOCAL_RANK", "0")) == 0 and not has_weights(out):
-        torch.manual_seed(run["seed"])
-        config = AutoConfig.from_pretrained(src, trust_remote_code=run["trust_remote_code"])
-        dtype = _DTYPES[run["precision_resolved"]]
+        torch.manual_seed(run.seed)
+        config = AutoConfig.from_pretrained(src, trust_remote_code=run.trust_remote_code)
+        dtype = _DTYPES[run.precision]
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
         tmp = out.with_name(f".{INIT_DIR}.{socket.gethostname()}.{os.getpid()}")
         model.save_pretrained(tmp, safe_serialization=True)
         config.save_pretrained(tmp)
         os.replace(tmp, out)  # the other ranks wait for the final name: never a half folder
-        print0(f"random weights (seed {run['seed']}) written to {out}")
+        print0(f"random weights (seed {run.seed}) written to {out}")
     deadline = time.monotonic() + 1800
     while not has_weights(out):  # the launcher kills us if local rank 0 fails
         if time.monotonic() > deadline:
@@ -96,66 +120,68 @@ def allow_deepspeed_on_cpu() -> None:
     PartialState._prepare_backend = prepare
 
 
-def build_training_args(run: dict[str, Any]) -> TrainingArguments:
+def build_training_args(job: Job) -> TrainingArguments:
     """Before the model: with ZeRO-3 this arms zero.Init so weights load already sharded."""
-    prec = run["precision_resolved"]
-    save = run["save_steps"] > 0
-    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(run["output_dir"]) / "tensorboard"))
-    compile_ = bool(run.get("compile_resolved"))
+    run = job.run
+    prec = run.precision
+    save = run.save_steps > 0
+    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(job.run_dir) / "tensorboard"))
+    compile_ = bool(run.compile)
     if compile_:
         # accelerate then compiles each repeated block in place (compile_regions_deepspeed on the
         # engine's module): one Inductor compile shared by all layers, DeepSpeed's hooks kept.
         os.environ["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = "1"
     return TrainingArguments(
-        output_dir=run["output_dir"],
-        per_device_train_batch_size=run["micro_batch"],
-        gradient_accumulation_steps=run["grad_accum"],
-        learning_rate=run["lr_resolved"],
-        num_train_epochs=run["epochs"],
-        max_steps=run["max_steps"] if run["max_steps"] is not None else -1,
-        warmup_steps=run["warmup_steps"],
+        output_dir=job.run_dir,
+        per_device_train_batch_size=run.micro_batch,
+        gradient_accumulation_steps=run.grad_accum,
+        learning_rate=run.lr,
+        num_train_epochs=run.epochs,
+        max_steps=run.max_steps if run.max_steps is not None else -1,
+        warmup_steps=run.warmup_steps,
         # "linear" = warmup then linear decay to 0, the same shape as DeepSpeed's WarmupDecayLR,
         # so --scheduler hf and ds give the same run.
         lr_scheduler_type="linear",
-        optim=run["hf_optim"],
+        # With --optimizer ds the JSON's optimizer block wins; optim is then never built.
+        optim=run.optim if run.optimizer_from == "hf" else "adamw_torch",
         bf16=prec == "bf16",
         fp16=prec == "fp16",
-        gradient_checkpointing=run["grad_ckpt"],
+        gradient_checkpointing=run.grad_ckpt,
         # Non-reentrant checkpointing works with frozen (LoRA) base weights and ZeRO-3.
-        gradient_checkpointing_kwargs={"use_reentrant": False} if run["grad_ckpt"] else None,
-        logging_steps=run["logging_steps"],
+        gradient_checkpointing_kwargs={"use_reentrant": False} if run.grad_ckpt else None,
+        logging_steps=run.logging_steps,
         save_strategy="steps" if save else "no",
-        save_steps=run["save_steps"] if save else 500,
-        save_total_limit=run["save_total_limit"],
-        seed=run["seed"],
-        data_seed=run["seed"],
-        report_to=["tensorboard"] if run.get("tensorboard") else [],
+        save_steps=run.save_steps if save else 500,
+        save_total_limit=run.save_total_limit,
+        seed=run.seed,
+        data_seed=run.seed,
+        report_to=["tensorboard"] if importlib.util.find_spec("tensorboard") else [],
         disable_tqdm=True,  # dojo's own progress (rich bar / plain lines) on rank 0
-        deepspeed=run["ds_config"],
+        deepspeed=job.ds_config,
         include_num_input_tokens_seen="non_padding",
         # Liger: fused RMSNorm/SwiGLU/RoPE and the fused linear cross-entropy that never
         # materialises the fp32 logits (the peak with 128k+ vocabularies).
-        use_liger_kernel=bool(run.get("liger_resolved")),
+        use_liger_kernel=bool(run.liger),
         torch_compile=compile_,
         remove_unused_columns=False,
         dataloader_num_workers=0,
-        dataloader_pin_memory=run["device"] == "cuda",
+        dataloader_pin_memory=run.device == "cuda",
     )
 
 
-def load_model(run: dict[str, Any], weights: str) -> Any:
+def load_model(run: ResolvedRun, weights: str) -> Any:
     """Full / LoRA: weights in the compute dtype. QLoRA: NF4 + double quant (bitsandbytes)."""
-    dtype = _DTYPES[run["precision_resolved"]]
-    attn = run.get("attn", "auto")
+    dtype = _DTYPES[run.precision]
+    attn = run.attn
     kw: dict[str, Any] = {
         "dtype": dtype,
-        "trust_remote_code": run["trust_remote_code"],
-        "attn_implementation": "sdpa" if attn == "auto" else attn,
+        "trust_remote_code": run.trust_remote_code,
+        "attn_implementation": attn,
     }
-    if run["method"] == "qlora":
+    if run.method == "qlora":
         from transformers import BitsAndBytesConfig
 
-        zero3 = run["zero_stage"] == 3
+        zero3 = run.zero == 3
         kw["quantization_config"] = BitsAndBytesConfig(  # type: ignore[no-untyped-call]
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
@@ -169,51 +195,52 @@ def load_model(run: dict[str, Any], weights: str) -> Any:
             kw["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
     model = AutoModelForCausalLM.from_pretrained(weights, use_safetensors=True, **kw)
     model.config.use_cache = False  # the KV cache is useless in training and costs memory
-    if run["method"] == "qlora":
+    if run.method == "qlora":
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(  # type: ignore[no-untyped-call]
             model,
-            use_gradient_checkpointing=run["grad_ckpt"],
+            use_gradient_checkpointing=run.grad_ckpt,
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     return model
 
 
-def apply_lora(model: Any, run: dict[str, Any]) -> Any:
+def apply_lora(model: Any, run: ResolvedRun) -> Any:
     """PEFT LoRA on every linear layer but the head (PEFT's "all-linear"), or the named ones."""
-    if run["method"] == "full":
+    if run.method == "full":
         return model
     from peft import LoraConfig, get_peft_model
 
-    targets = run["lora_targets"]
+    targets = run.lora_targets
     target_modules: str | list[str] = (
         "all-linear" if targets == "all-linear" else [t.strip() for t in targets.split(",")]
     )
     cfg = LoraConfig(
-        r=run["lora_r"],
-        lora_alpha=run["lora_alpha"],
-        lora_dropout=run["lora_dropout"],
+        r=run.lora_r,
+        lora_alpha=run.lora_alpha,
+        lora_dropout=run.lora_dropout,
         target_modules=target_modules,
         task_type="CAUSAL_LM",
     )
     model = get_peft_model(model, cfg)
-    if run["grad_ckpt"]:
+    if run.grad_ckpt:
         model.enable_input_require_grads()
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    print0(f"LoRA r={run['lora_r']} alpha={run['lora_alpha']}: {trainable:,} trainable parameters")
+    print0(f"LoRA r={run.lora_r} alpha={run.lora_alpha}: {trainable:,} trainable parameters")
     return model
 
 
-def save(trainer: Trainer, tokenizer: Any, run: dict[str, Any], weights: str) -> None:
+def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str) -> None:
+    run = job.run
     """ZeRO-3 gathers a 16-bit model (stage3_gather_16bit_weights_on_model_save); LoRA saves
     the adapter; --merge also writes base + adapter merged (rank 0, reloaded from disk)."""
-    out = Path(run["output_dir"])
+    out = Path(job.run_dir)
     trainer.save_model(str(out))  # all ranks: ZeRO-3 gathers shards collectively
     if is_rank0():
         tokenizer.save_pretrained(str(out))
     barrier()
-    if run["merge"] and is_rank0():
+    if run.merge and is_rank0():
         from peft import PeftModel
         from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
@@ -222,9 +249,9 @@ def save(trainer: Trainer, tokenizer: Any, run: dict[str, Any], weights: str) ->
         unset_hf_deepspeed_config()  # type: ignore[no-untyped-call]
 
         # Merge into full-precision base weights (never into 4-bit QLoRA weights: lossy).
-        dtype = _DTYPES[run["precision_resolved"]]
+        dtype = _DTYPES[run.precision]
         base = AutoModelForCausalLM.from_pretrained(
-            weights, dtype=dtype, trust_remote_code=run["trust_remote_code"], use_safetensors=True
+            weights, dtype=dtype, trust_remote_code=run.trust_remote_code, use_safetensors=True
         )
         merged = PeftModel.from_pretrained(base, str(out)).merge_and_unload()
         merged.save_pretrained(str(out / "merged"), safe_serialization=True)
@@ -233,42 +260,46 @@ def save(trainer: Trainer, tokenizer: Any, run: dict[str, Any], weights: str) ->
     barrier()
 
 
-def write_summary(trainer: Trainer, measures: Measures, run: dict[str, Any]) -> None:
-    """OUTPUT/dojo_summary.json: measured beside estimated (issue 4), plus issue 5's extras."""
+def write_summary(
+    trainer: Trainer, measures: Measures, job: Job, data_report: dict[str, Any]
+) -> None:
+    """OUTPUT/dojo_summary.json: measured beside estimated, like for like (dojo.train.summary)."""
+    from dojo.train.summary import memory_block
+
     measured = measures.summary()  # every rank: all-reduces the GPU peaks
     if not is_rank0():
         return
+    run = job.run
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     summary = {
         "steps": trainer.state.global_step,
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
-        "tokens_per_s": measured.pop("tokens_per_s"),
-        "peak_gpu_gib": measured.pop("peak_gpu_gib"),
-        "estimated_gpu_gib": run.get("estimated_gpu_gib"),
-        "world_size": run["world_size"],
-        "zero_stage": run["zero_stage"],
-        "method": run["method"],
+        "memory": memory_block(measured, job.estimate),
+        "world_size": run.world_size,
+        "zero": run.zero,
+        "method": run.method,
+        "model_dir": job.run_dir if run.save_model else None,
         **measured,
-        "resumed_from": run.get("resume_from"),
-        "data": run.get("data_report"),
+        "resumed_from": job.resume_from,
+        "data": data_report,
     }
-    path = Path(run["output_dir"]) / "dojo_summary.json"
+    path = Path(job.run_dir) / "dojo_summary.json"
     tmp = path.with_name(".dojo_summary.json.tmp")
     tmp.write_text(json.dumps(summary, indent=2), encoding="utf-8")
     os.replace(tmp, path)
     print0(f"summary: {path}")
 
 
-def _record_rank_state(run: dict[str, Any]) -> int:
+def _record_rank_state(job: Job) -> int:
     """rank-N.json = "running"; the launcher's SIGTERM/SIGINT becomes "stopped" (see rank_status)."""
     import signal
 
     rank = int(os.environ.get("RANK", "0"))
-    rank_status.write(run["run_dir"], rank, "running")
+    rank_status.write(job.run_dir, rank, "running")
 
     def stopped(signum: int, frame: Any) -> None:
-        rank_status.write(run["run_dir"], rank, "stopped", signal=signum)
+        rank_status.write(job.run_dir, rank, "stopped", signal=signum)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -288,36 +319,36 @@ def main(argv: list[str] | None = None) -> int:
 
     # "Loading weights" / "Writing model shards" bars would repeat once per rank.
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-    run = load_run(args.config)
-    rank = _record_rank_state(run)
+    job = load_job(args.config)
+    rank = _record_rank_state(job)
     try:
-        rc = train(run)
+        rc = train(job)
     except BaseException as e:
         if not isinstance(e, SystemExit) or e.code not in (0, None):
-            rank_status.write(run["run_dir"], rank, f"failed: {type(e).__name__}: {e}"[:500])
+            rank_status.write(job.run_dir, rank, f"failed: {type(e).__name__}: {e}"[:500])
         raise
-    rank_status.write(run["run_dir"], rank, "done")
+    rank_status.write(job.run_dir, rank, "done")
     return rc
 
 
-def train(run: dict[str, Any]) -> int:
+def train(job: Job) -> int:
     """Steps 3-8 of the recipe: model, LoRA, data, Trainer, train, save, summary."""
-    weights = materialize_random_weights(run)
-    if run["device"] == "cpu":
+    run = job.run
+    weights = materialize_random_weights(job)
+    if run.device == "cpu":
         allow_deepspeed_on_cpu()
-    training_args = build_training_args(run)
-    torch.manual_seed(run["seed"])
+    training_args = build_training_args(job)
+    torch.manual_seed(run.seed)
     tokenizer = AutoTokenizer.from_pretrained(
-        run["tokenizer_path"], trust_remote_code=run["trust_remote_code"]
+        job.tokenizer_path, trust_remote_code=run.trust_remote_code
     )
     model = apply_lora(load_model(run, weights), run)
-    dataset, collator, report = worker_data.build(run, tokenizer, model)
-    run["data_report"] = report
+    dataset, collator, report = worker_data.build(job, tokenizer, model)
     measures = Measures()
     meta = {
-        "world_size": run["world_size"],
-        "zero_stage": run["zero_stage"],
-        "method": run["method"],
+        "world_size": run.world_size,
+        "zero_stage": run.zero,
+        "method": run.method,
     }
     trainer = Trainer(
         model=model,
@@ -328,8 +359,8 @@ def train(run: dict[str, Any]) -> int:
         callbacks=[Progress(), CheckpointMarker(meta), measures],
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; Progress replaces it
-    trainer.train(resume_from_checkpoint=run.get("resume_from"))
-    if run.get("save_model", True):
-        save(trainer, tokenizer, run, weights)
-    write_summary(trainer, measures, run)
+    trainer.train(resume_from_checkpoint=job.resume_from)
+    if run.save_model:
+        save(trainer, tokenizer, job, weights)
+    write_summary(trainer, measures, job, report)
     return 0

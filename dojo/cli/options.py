@@ -1,0 +1,66 @@
+"""Typer options made from the catalogue, so every command spells and parses an option the same.
+
+``with_run_options("estimate")`` wraps a command body ``fn(opts: dict, **own)``: Typer sees one
+option per catalogue entry the command has (all defaulting to None = "not given"), followed by
+the body's own parameters; the body receives the raw given values in ``opts``.
+"""
+
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS
+
+
+def _param(name: str) -> inspect.Parameter:
+    opt = OPTIONS[name]
+    if opt.kind == "bool":
+        kind: Any = bool | None
+        metavar = None
+    elif opt.kind == "list":
+        kind = list[str] | None
+        metavar = "PATH"
+    else:
+        kind = str | None
+        metavar = {"int": "INT", "float": "NUMBER", "size": "ELEMENTS|auto"}.get(opt.kind)
+        if opt.kind == "choice":
+            metavar = "|".join(opt.choices) if len(opt.choices) <= 4 else "CHOICE"
+        elif opt.kind == "str":
+            metavar = "TEXT"
+    info = typer.Option(
+        *opt.flags,
+        help=opt.help_text(),
+        metavar=metavar,
+        rich_help_panel=opt.panel,
+        show_default=False,
+    )
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[kind, info]
+    )
+
+
+def with_run_options(
+    command: str, *, skip: tuple[str, ...] = ()
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    names = [n for n in COMMAND_OPTIONS[command] if n not in skip]
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        own = [p for p in inspect.signature(fn).parameters.values() if p.name != "opts"]
+        params = [*(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own)]
+        params += [_param(n) for n in names]
+
+        def command_body(**kwargs: Any) -> Any:
+            opts = {n: kwargs.pop(n) for n in names}
+            if opts.get("data") == []:
+                opts["data"] = None
+            return fn(opts, **kwargs)
+
+        command_body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command_body.__annotations__ = {p.name: p.annotation for p in params}
+        command_body.__doc__ = fn.__doc__
+        command_body.__name__ = fn.__name__
+        return command_body
+
+    return wrap

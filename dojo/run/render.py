@@ -1,0 +1,60 @@
+"""What the other layers are handed from a ``ResolvedRun``: the DeepSpeed JSON and the estimate."""
+
+from typing import Any
+
+from dojo.run.resolved import ResolvedRun
+
+
+def ds_config(run: ResolvedRun, spec: Any = None, precision: str = "auto") -> dict[str, Any]:
+    """The DeepSpeed JSON for ``run``. ``precision`` "auto" lets TrainingArguments' --bf16/--fp16
+    fill it (what dojo train does); ``dojo config --precision bf16`` writes it out."""
+    from dojo.zero.build import ZeroConfig, build_ds_config
+
+    hidden = getattr(spec, "hidden_size", None)
+    largest = spec.vocab_size * spec.hidden_size if spec is not None else None
+    zc = ZeroConfig(
+        stage=run.zero,
+        offload=run.offload_optimizer,
+        offload_param=run.offload_param,
+        nvme_path=run.nvme_path,
+        overlap_comm=run.overlap_comm,
+        bucket_size=run.bucket_size,
+        optimizer=run.optimizer_from,
+        scheduler=run.scheduler_from,
+        precision=precision,
+        hidden_size=hidden,
+        largest_param=largest,
+    )
+    return build_ds_config(zc)
+
+
+def estimate_setup(
+    run: ResolvedRun, gpu_memory_gib: float | None = None, cpu_memory_gib: float | None = None
+) -> Any:
+    """The ``dojo.estimate.Setup`` that describes ``run``."""
+    from dojo.estimate.setup import Setup
+
+    targets = None
+    if run.lora_targets != "all-linear":
+        targets = tuple(t.strip() for t in run.lora_targets.split(",") if t.strip())
+    attention = run.attn if run.attn in ("eager", "flash_attention_2") else "sdpa"
+    return Setup(
+        stage=run.zero,
+        method=run.method,  # type: ignore[arg-type]
+        num_gpus=run.gpus_per_node,
+        num_nodes=run.num_nodes,
+        offload_optimizer=run.offload_optimizer,  # type: ignore[arg-type]
+        offload_param=run.offload_param,  # type: ignore[arg-type]
+        micro_batch=run.micro_batch,
+        seq_len=run.seq_len,
+        grad_ckpt=run.grad_ckpt,
+        overlap_comm=run.overlap_comm,
+        bucket_size=run.bucket_size,
+        lora_rank=run.lora_r,
+        lora_targets=targets,
+        lora_dropout=run.lora_dropout,
+        attention=attention,  # type: ignore[arg-type]
+        liger=run.liger,
+        gpu_memory_gib=gpu_memory_gib,
+        cpu_memory_gib=cpu_memory_gib,
+    )

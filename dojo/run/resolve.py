@@ -1,0 +1,136 @@
+"""The one resolver: options + model + machine -> ``ResolvedRun``. "auto" is decided here only.
+
+Every rule that ties options together (offload needs ZeRO >= 1, parameter offload needs ZeRO-3,
+nvme needs a path, ...) is checked here, all at once: one ConfigError lists every problem.
+"""
+
+from typing import Any
+
+from dojo.errors import ConfigError
+from dojo.run.catalog import OPTIONS
+from dojo.run.machine import Machine
+from dojo.run.resolved import ResolvedRun
+from dojo.zero.build import DS_BUCKET_DEFAULT as DS_BUCKET
+
+_BNB_OPTIMS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
+
+
+def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    zero, off, off_p = v["zero"], v["offload"], v["offload_param"]
+    if off != "none" and zero == 0:
+        out.append((f"--offload {off} needs ZeRO stage 1, 2 or 3 (got --zero 0)",
+                    f"use --zero 2 --offload {off}, or drop --offload"))  # fmt: skip
+    if off_p not in ("auto", "none") and zero != 3:
+        out.append((f"--offload-param {off_p} needs --zero 3 (got --zero {zero}): only ZeRO-3 "
+                    "partitions parameters", f"use --zero 3, or --offload {off_p} for the optimizer only"))  # fmt: skip
+    param_dev = (off if zero == 3 else "none") if off_p == "auto" else off_p
+    if "nvme" in (off, param_dev) and not v.get("nvme_path"):
+        flag = "--offload" if off == "nvme" else "--offload-param"
+        out.append((f"{flag} nvme needs --nvme-path",
+                    "pass --nvme-path DIR (a folder on a fast local NVMe disk), or use cpu offload"))  # fmt: skip
+    optim = v.get("optim", "auto")
+    if v.get("optimizer") == "ds" and "optim" in given and optim != "auto":
+        out.append((f"--optim {optim} applies to --optimizer hf; with --optimizer ds DeepSpeed's "
+                    "AdamW steps", f"drop --optim, or use --optimizer hf --optim {optim}"))  # fmt: skip
+    if optim in _BNB_OPTIMS and off != "none":
+        out.append((f"--optim {optim} steps on the GPU (bitsandbytes); offloaded states live on the CPU",
+                    "use --offload none, or --optimizer ds (DeepSpeedCPUAdam) with offload"))  # fmt: skip
+    if v.get("merge") and v["method"] == "full":
+        out.append(("--merge applies to --method lora or qlora only",
+                    "full fine-tuning already saves the whole model: drop --merge"))  # fmt: skip
+    for flag, name in (("--liger", "liger"), ("--compile", "compile")):
+        if v.get(name) == "on" and not machine.cuda:
+            out.append(
+                (f"{flag} on needs CUDA GPUs (Triton kernels)", f"use {flag} auto or off here")
+            )
+    if v.get("precision") == "fp16" and not machine.cuda:
+        out.append(("--precision fp16 needs a GPU", "use --precision fp32 or bf16 on the CPU"))
+    if optim in _BNB_OPTIMS and not machine.cuda:
+        out.append((f"--optim {optim} needs CUDA (bitsandbytes)", "use --optim adamw_torch here"))
+    return out
+
+
+def check(v: dict[str, Any], machine: Machine, given: set[str]) -> None:
+    found = _problems(v, machine, given)
+    if found:
+        more = (
+            f" (and {len(found) - 1} more: {'; '.join(m for m, _ in found[1:])})"
+            if len(found) > 1
+            else ""
+        )
+        raise ConfigError(found[0][0] + more, hint=found[0][1])
+
+
+def resolve(
+    values: dict[str, Any],
+    *,
+    machine: Machine,
+    spec: Any = None,
+    gpus: tuple[int, ...] = (),
+    gpus_per_node: int = 1,
+    given: set[str] | None = None,
+) -> ResolvedRun:
+    """``values``: every option, typed (``dojo.run.inputs.merge``); ``spec``: the ModelSpec when
+    known (buckets are then numbers, not "auto"); ``gpus``: ids or CPU slots chosen."""
+    v = {name: values.get(name, opt.default) for name, opt in OPTIONS.items()}
+    check(v, machine, given or set())
+    said: list[str] = []
+    cuda = machine.cuda
+    method, zero, off = v["method"], v["zero"], v["offload"]
+    offload_param = (
+        (off if zero == 3 else "none") if v["offload_param"] == "auto" else v["offload_param"]
+    )
+    precision = v["precision"] if v["precision"] != "auto" else ("bf16" if cuda else "fp32")
+    attn = "sdpa" if v["attn"] == "auto" else v["attn"]
+    liger = _switch(v["liger"], cuda and machine.liger)
+    if v["liger"] == "auto":
+        said.append(f"liger {'on' if liger else 'off'}: " + (
+            "CUDA with liger-kernel" if liger else "needs CUDA and liger-kernel (pip install 'dojo[gpu]')"))  # fmt: skip
+    measured = method == "full" and zero <= 2 and off == "none" and not v["grad_ckpt"]
+    compile_ = _switch(v["compile"], cuda and machine.triton and measured)
+    if v["compile"] == "auto":
+        said.append(f"compile {'on' if compile_ else 'off'}: " + (
+            "full fine-tuning at ZeRO 0-2, no offload or checkpointing, where it was measured to help"
+            if compile_ else "on only with CUDA + Triton for full fine-tuning at ZeRO 0-2 without offload or checkpointing"))  # fmt: skip
+    bucket = v["bucket_size"]
+    if bucket == "auto":
+        params = getattr(spec, "params", None)
+        hidden = getattr(spec, "hidden_size", None)
+        if method == "full" and zero in (1, 2):
+            # DeepSpeed allocates the whole bucket however small the model: cap it.
+            bucket = min(DS_BUCKET, params) if params else DS_BUCKET
+        else:
+            bucket = hidden * hidden if hidden else None  # HF's "auto"
+    optim = v["optim"]
+    if v["optimizer"] == "ds":
+        optim = "deepspeed_adamw"
+    elif optim == "auto":
+        # Fused AdamW is transformers' default on CUDA; the plain loop is the safe CPU one.
+        optim = "adamw_torch_fused" if cuda else "adamw_torch"
+    lr = v["lr"] if v["lr"] is not None else (2e-5 if method == "full" else 2e-4)
+    if machine.assumed:
+        said.insert(0, f"machine: {machine.describe()}")
+    return ResolvedRun(
+        method=method, model=v["model"], init=v["init"],
+        zero=zero, offload_optimizer=off if zero else "none", offload_param=offload_param,
+        nvme_path=v["nvme_path"], overlap_comm=v["overlap_comm"], bucket_size=bucket,
+        optimizer_from=v["optimizer"], scheduler_from=v["scheduler"], optim=optim,
+        precision=precision, attn=attn, liger=liger, compile=compile_, packing=v["packing"],
+        grad_ckpt=v["grad_ckpt"], micro_batch=v["micro_batch"], seq_len=v["seq_len"],
+        grad_accum=v["grad_accum"], lora_r=v["lora_r"], lora_alpha=v["lora_alpha"],
+        lora_dropout=v["lora_dropout"], lora_targets=v["lora_targets"], merge=v["merge"],
+        device="cuda" if cuda else "cpu", gpus=tuple(gpus), gpus_per_node=max(1, gpus_per_node),
+        num_nodes=v["num_nodes"], hostfile=v["hostfile"], master_addr=v["master_addr"],
+        master_port=v["master_port"], machine=machine.describe(), machine_assumed=machine.assumed,
+        lr=lr, warmup_steps=v["warmup_steps"], epochs=v["epochs"], max_steps=v["max_steps"],
+        seed=v["seed"], data=tuple(v["data"] or ()), template=v["template"],
+        overflow=v["overflow"], trust_remote_code=v["trust_remote_code"],
+        output_dir=v["output_dir"], resume=v["resume"], save_steps=v["save_steps"],
+        save_total_limit=v["save_total_limit"], save_model=v["save_model"],
+        logging_steps=v["logging_steps"], assumed=tuple(said),
+    )  # fmt: skip
+
+
+def _switch(choice: str, auto: bool) -> bool:
+    return auto if choice == "auto" else choice == "on"
