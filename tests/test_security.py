@@ -17,7 +17,7 @@ from dojo.chat import sandbox as chat_sandbox
 from dojo.chat.template import ChatTemplate, render
 from dojo.errors import TemplateError
 from dojo.train import launch
-from dojo.train.config import TrainConfig
+from tests.runs import run_of
 from dojo.train.launch import Devices
 
 MSGS = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
@@ -165,7 +165,7 @@ EVIL = "/tmp/dojo sec/$(touch PWNED); rm -rf ~ `id` && echo 'x'"
 
 
 def test_build_command_keeps_hostile_strings_as_single_items() -> None:
-    cfg = TrainConfig(hostfile=EVIL + "/hosts", num_nodes=2, master_addr="10.0.0.1; reboot")
+    cfg = run_of(hostfile=EVIL + "/hosts", num_nodes=2, master_addr="10.0.0.1; reboot")
     argv = launch.build_command(cfg, EVIL, Devices("cuda", ()), 29500, python="/usr/bin/python3")
     assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
     assert EVIL + "/hosts" in argv and "10.0.0.1; reboot" in argv
@@ -227,7 +227,7 @@ def test_no_shell_true_and_no_pickle_in_dojo() -> None:
 
 def test_trust_remote_code_is_off_by_default(cli, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert TrainConfig().trust_remote_code is False
+    assert run_of().trust_remote_code is False
     r = cli("train", "--nproc", "1", "--dry-run")
     assert r.exit_code == 0, r.stderr
     record = json.loads(r.stdout.split("\n", 1)[1])["train"]

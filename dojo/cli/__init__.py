@@ -38,6 +38,9 @@ def _debug() -> bool:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; every failure becomes one ``error:`` line (and a ``hint:``) on stderr."""
     args = sys.argv[1:] if argv is None else argv
+    from dojo.cli import options
+
+    options.ARGV[:] = args
     try:
         rc = app(args=args, prog_name="dojo", standalone_mode=False)
     except DojoError as e:

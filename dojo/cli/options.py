@@ -13,6 +13,19 @@ import typer
 
 from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS
 
+ARGV: list[str] = []
+"""The command line being run (set by dojo.cli.main): errors name the flag as the user typed it."""
+
+
+def spelled(name: str) -> str:
+    """The spelling of option ``name`` on the command line (an alias counts), else the canonical."""
+    flags = [f.split("/")[0] for f in OPTIONS[name].flags]
+    for arg in ARGV:
+        for f in flags:
+            if arg == f or arg.startswith(f + "="):
+                return f
+    return flags[0]
+
 
 def _param(name: str) -> inspect.Parameter:
     opt = OPTIONS[name]
@@ -53,6 +66,7 @@ def with_run_options(
 
         def command_body(**kwargs: Any) -> Any:
             opts = {n: kwargs.pop(n) for n in names}
+            opts["__spelled__"] = {n: spelled(n) for n in names if opts[n] is not None}
             if opts.get("data") == []:
                 opts["data"] = None
             return fn(opts, **kwargs)

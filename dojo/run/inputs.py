@@ -55,15 +55,16 @@ def merge(command: str, file_values: dict[str, Any], flags: dict[str, Any]) -> d
     """Typed values of every option the command has: default < file < flag."""
     values = {name: OPTIONS[name].default for name in COMMAND_OPTIONS[command]}
     values.update({k: v for k, v in file_values.items() if k in values})
+    shown = flags.get("__spelled__", {})
     for name, raw in flags.items():
-        if raw is not None:
-            values[name] = OPTIONS[name].parse(raw)
+        if raw is not None and name in OPTIONS:
+            values[name] = OPTIONS[name].parse(raw, shown.get(name))
     return values
 
 
 def given(flags: dict[str, Any]) -> set[str]:
     """The names of the flags the user typed."""
-    return {k for k, v in flags.items() if v is not None}
+    return {k for k, v in flags.items() if v is not None and k in OPTIONS}
 
 
 def _read_yaml(p: Path, where: str) -> Any:

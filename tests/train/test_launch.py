@@ -14,19 +14,21 @@ import pytest
 from dojo.errors import LaunchError
 from dojo.gpus import Gpu
 from dojo.train import checkpoints, launch, preflight
-from dojo.train.config import TrainConfig
+from dojo.errors import ConfigError
+from dojo.run.resolved import ResolvedRun
+from tests.runs import CUDA, run_of, values
 from dojo.train.launch import Devices
 
 PY = "/usr/bin/python3"
 H200 = [Gpu(i, "NVIDIA H200", 139.8) for i in range(4)]
 
 
-def cmd(cfg: TrainConfig, devices: Devices, port: int = 29555) -> list[str]:
+def cmd(cfg: ResolvedRun, devices: Devices, port: int = 29555) -> list[str]:
     return launch.build_command(cfg, "/runs/a b", devices, port, python=PY)
 
 
 def test_gpus_become_include() -> None:
-    assert cmd(TrainConfig(), Devices("cuda", (1, 3))) == [
+    assert cmd(run_of(), Devices("cuda", (1, 3))) == [
         PY, "-m", "deepspeed.launcher.runner",
         "--include", "localhost:1,3",
         "--master_port", "29555",
@@ -37,7 +39,7 @@ def test_gpus_become_include() -> None:
 
 def test_cpu_processes_use_include_and_cpu_accelerator() -> None:
     devices = Devices("cpu", (0, 1))
-    argv = cmd(TrainConfig(nproc=2), devices)
+    argv = cmd(run_of(nproc=2), devices)
     assert argv[3:5] == ["--include", "localhost:0,1"]
     env = launch.launch_env(devices, base={"PATH": "/bin"})
     assert env["DS_ACCELERATOR"] == "cpu" and env["LOCAL_SIZE"] == "2"
@@ -46,7 +48,7 @@ def test_cpu_processes_use_include_and_cpu_accelerator() -> None:
 
 
 def test_hostfile_multinode() -> None:
-    cfg = TrainConfig(hostfile="/etc/hosts file", num_nodes=2, master_addr="10.0.0.1")
+    cfg = run_of(hostfile="/etc/hosts file", num_nodes=2, master_addr="10.0.0.1")
     argv = cmd(cfg, Devices("cuda", ()))
     assert argv[3:] == [
         "--hostfile", "/etc/hosts file", "--num_nodes", "2", "--master_addr", "10.0.0.1",
@@ -57,7 +59,7 @@ def test_hostfile_multinode() -> None:
 
 def test_hostile_strings_stay_single_items() -> None:
     evil = "/tmp/$(touch pwned); rm -rf ~"
-    argv = launch.build_command(TrainConfig(), evil, Devices("cuda", (0,)), 1234, python=PY)
+    argv = launch.build_command(run_of(), evil, Devices("cuda", (0,)), 1234, python=PY)
     assert argv[-1] == evil + "/train.json"
     shown = launch.format_command(argv)
     assert "'/tmp/$(touch pwned); rm -rf ~/train.json'" in shown
@@ -83,36 +85,36 @@ def test_free_port_is_bindable() -> None:
 )
 def test_bad_gpus_refused(spec: str, needle: str) -> None:
     with pytest.raises(LaunchError) as e:
-        preflight.resolve_devices(TrainConfig(gpus=spec), H200)
+        preflight.place(values(gpus=spec), H200, dry_run=False)[1]
     assert needle in e.value.message
     if "spaces" not in needle:
         assert "GPUs present: 0,1,2,3" in (e.value.hint or "")
 
 
 def test_devices_resolution() -> None:
-    assert preflight.resolve_devices(TrainConfig(gpus="all"), H200) == Devices("cuda", (0, 1, 2, 3))
-    assert preflight.resolve_devices(TrainConfig(gpus="2,0"), H200).ids == (0, 2)
-    assert preflight.resolve_devices(TrainConfig(), []) == Devices("cpu", (0,))
-    assert preflight.resolve_devices(TrainConfig(nproc=2), []) == Devices("cpu", (0, 1))
+    assert preflight.place(values(gpus="all"), H200, dry_run=False)[1] == Devices("cuda", (0, 1, 2, 3))
+    assert preflight.place(values(gpus="2,0"), H200, dry_run=False)[1].ids == (0, 2)
+    assert preflight.place(values(), [], dry_run=False)[1] == Devices("cpu", (0,))
+    assert preflight.place(values(nproc=2), [], dry_run=False)[1] == Devices("cpu", (0, 1))
     with pytest.raises(LaunchError, match="--gpus all: no NVIDIA GPU found"):
-        preflight.resolve_devices(TrainConfig(gpus="all"), [])
+        preflight.place(values(gpus="all"), [], dry_run=False)[1]
     with pytest.raises(LaunchError, match="with --hostfile"):
-        preflight.resolve_devices(TrainConfig(gpus="0", hostfile="h"), H200)
+        preflight.place(values(gpus="0", hostfile="h"), H200, dry_run=False)[1]
 
 
 def test_qlora_needs_cuda() -> None:
     with pytest.raises(LaunchError) as e:
-        preflight.check_extras(TrainConfig(method="qlora"), Devices("cpu", (0,)))
+        preflight.check_extras("qlora", Devices("cpu", (0,)))
     assert e.value.message == (
         "--method qlora needs an NVIDIA GPU: bitsandbytes 4-bit kernels do not run on the CPU"
     )
 
 
 def test_precision_resolution() -> None:
-    assert preflight.resolve_precision(TrainConfig(), Devices("cuda", (0,))) == "bf16"
-    assert preflight.resolve_precision(TrainConfig(), Devices("cpu", (0,))) == "fp32"
-    with pytest.raises(LaunchError, match="fp16 needs a GPU"):
-        preflight.resolve_precision(TrainConfig(precision="fp16"), Devices("cpu", (0,)))
+    assert run_of(CUDA).precision == "bf16"
+    assert run_of().precision == "fp32"
+    with pytest.raises(ConfigError, match="fp16 needs a GPU"):
+        run_of(precision="fp16")
 
 
 def _ckpt(root: Path, step: int, world: int | None) -> Path:
@@ -128,8 +130,8 @@ def test_resume_takes_latest_complete_checkpoint(tmp_path: Path) -> None:
     ten = _ckpt(tmp_path, 10, 2)
     _ckpt(tmp_path, 15, None)  # half-written: no marker
     assert checkpoints.resume_point(tmp_path, 2) == ten
-    cfg = TrainConfig(output_dir=str(tmp_path), resume=True)
-    assert preflight.check_resume(cfg, Devices("cpu", (0, 1))) == str(ten)
+    cfg = run_of(output_dir=str(tmp_path), resume=True, gpus_per_node=2)
+    assert preflight.check_resume(cfg) == str(ten)
 
 
 def test_resume_refuses_other_world_size(tmp_path: Path) -> None:
@@ -151,21 +153,21 @@ def test_resume_without_checkpoint(tmp_path: Path) -> None:
 def test_output_dir_checks(tmp_path: Path) -> None:
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "train.json").write_text("{}")
-    cfg = TrainConfig(output_dir=str(tmp_path / "old"))
+    cfg = run_of(output_dir=str(tmp_path / "old"))
     with pytest.raises(LaunchError, match="already holds files"):
         preflight.check_output(cfg, None, force=False)
     preflight.check_output(cfg, None, force=True)
     preflight.check_output(dataclasses.replace(cfg, resume=True), None, force=False)
     (tmp_path / "file").write_text("x")
     with pytest.raises(LaunchError, match="is a file"):
-        preflight.check_output(TrainConfig(output_dir=str(tmp_path / "file")), None, force=False)
+        preflight.check_output(run_of(output_dir=str(tmp_path / "file")), None, force=False)
 
 
 def test_output_dir_needs_free_disk(tmp_path: Path) -> None:
     from dojo.modelspec import resolve_model
 
     spec = resolve_model("70b")  # full fine-tune checkpoints of 70B: ~2 TB, more than any tmp
-    cfg = TrainConfig(output_dir=str(tmp_path / "run"), method="full")
+    cfg = run_of(output_dir=str(tmp_path / "run"), method="full")
     with pytest.raises(LaunchError, match="GiB free, this run writes about"):
         preflight.check_output(cfg, spec, force=False)
 
@@ -176,7 +178,7 @@ def test_unwritable_output_dir(tmp_path: Path) -> None:
     ro = tmp_path / "ro"
     ro.mkdir(mode=0o500)
     with pytest.raises(LaunchError, match="is not writable"):
-        preflight.check_output(TrainConfig(output_dir=str(ro / "run")), None, force=False)
+        preflight.check_output(run_of(output_dir=str(ro / "run")), None, force=False)
 
 
 # A stand-in launcher: a child that starts a grandchild, then both sleep. Run() must stop both.

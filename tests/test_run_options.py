@@ -1,0 +1,166 @@
+"""The option catalogue, default < file < flag, and the one resolver (dojo.run)."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from dojo.errors import ConfigError
+from dojo.run import inputs, resolve
+from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS
+from dojo.run.resolved import ResolvedRun
+from tests.runs import CPU, CUDA, run_of, values
+
+PRESETS = Path(__file__).resolve().parents[1] / "templates" / "train"
+
+
+def test_every_option_is_documented_and_its_default_parses() -> None:
+    for opt in OPTIONS.values():
+        assert opt.help and opt.flag.startswith("--"), opt.name
+        if opt.default is not None and opt.kind != "list":
+            assert opt.parse(opt.default) == opt.default, opt.name
+
+
+@pytest.mark.parametrize("raw", ["5e8", "500000000", "500_000_000", 5e8, 500000000])
+def test_sizes_accept_every_spelling(raw: object) -> None:
+    assert OPTIONS["bucket_size"].parse(raw) == 500_000_000
+    assert OPTIONS["bucket_size"].parse("auto") == "auto"
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "needle"),
+    [
+        ("bucket_size", "inf", "--bucket-size 'inf': must be a whole number"),
+        ("bucket_size", "nan", "must be a whole number"),
+        ("bucket_size", "1e30", "out of range"),
+        ("bucket_size", "0", "out of range"),
+        ("bucket_size", "2.5", "must be a whole number"),
+        ("zero", "4", "--zero '4': out of range: from 0 to 3"),
+        ("zero", "²", "must be a whole number"),
+        ("seq_len", "1e400", "must be a whole number"),
+        ("lr", "nan", "--lr 'nan': must be a number"),
+        ("lr", "2", "out of range"),
+        ("method", "ful", "choose one of full, lora, qlora"),
+        ("packing", "maybe", "must be true or false"),
+        ("micro_batch", True, "must be a whole number"),
+        ("model", "", "give a non-empty value"),
+    ],
+)
+def test_bad_values_name_the_flag_and_value(name: str, raw: object, needle: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        OPTIONS[name].parse(raw)
+    assert needle in e.value.message
+    assert e.value.hint
+
+
+def test_long_values_are_shortened_in_errors() -> None:
+    with pytest.raises(ConfigError) as e:
+        OPTIONS["method"].parse("x" * 10_000)
+    assert len(e.value.message) < 200
+
+
+def test_aliases_are_the_same_option() -> None:
+    assert OPTIONS["zero"].flags[:2] == ("--zero", "--stage")
+    assert "--attention" in OPTIONS["attn"].flags and "--lora-rank" in OPTIONS["lora_r"].flags
+    for command in ("config", "estimate", "train"):
+        assert "zero" in COMMAND_OPTIONS[command] and "bucket_size" in COMMAND_OPTIONS[command]
+
+
+def test_precedence_default_file_flag(tmp_path: Path) -> None:
+    f = tmp_path / "run.yaml"
+    f.write_text("method: lora\nzero_stage: 3\nlr: 2e-4\nbucket-size: 5e8\n")
+    file_values = inputs.load_file(f)
+    v = inputs.merge("train", file_values, {"zero": "1", "method": None})
+    assert v["method"] == "lora" and v["zero"] == 1 and v["lr"] == 2e-4
+    assert v["bucket_size"] == 500_000_000 and v["seq_len"] == OPTIONS["seq_len"].default
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("metod: lora\n", "did you mean 'method'"),
+        ("- a\n- b\n", "expected a mapping"),
+        ("zero: 2\nstage: 3\n", "zero is given twice"),
+        ("method: [1\n", "malformed YAML (line"),
+        ("seq_len: big\n", "seq_len 'big': must be a whole number"),
+    ],
+)
+def test_bad_files(tmp_path: Path, content: str, needle: str) -> None:
+    f = tmp_path / "run.yaml"
+    f.write_text(content)
+    with pytest.raises(ConfigError) as e:
+        inputs.load_file(f)
+    assert needle in e.value.message + " " + (e.value.hint or "")
+
+
+@pytest.mark.parametrize("name", ["full", "lora", "qlora"])
+def test_presets_by_name_resolve(name: str) -> None:
+    v = inputs.merge("train", inputs.load_file(name), {})
+    header = (PRESETS / f"{name}.yaml").read_text().splitlines()[0]
+    assert header.startswith("# dojo train")
+    run = resolve.resolve(v, machine=CUDA, given=set())
+    assert run.method == v["method"]
+
+
+def test_print_config_round_trips(tmp_path: Path) -> None:
+    v = inputs.merge("train", {}, {"method": "lora", "bucket_size": "5e8", "data": ["a.jsonl"]})
+    f = tmp_path / "again.yaml"
+    f.write_text(inputs.to_yaml(v))
+    assert inputs.merge("train", inputs.load_file(f), {}) == v
+
+
+def test_auto_is_resolved_once() -> None:
+    cpu, gpu = run_of(), run_of(CUDA)
+    assert (cpu.precision, cpu.optim, cpu.liger, cpu.compile) == ("fp32", "adamw_torch", False, False)
+    assert (gpu.precision, gpu.optim) == ("bf16", "adamw_torch_fused")
+    assert run_of(CUDA, method="lora").lr == 2e-4 and run_of(CUDA).lr == 2e-5
+    assert run_of(optimizer="ds").optim == "deepspeed_adamw"
+
+
+def test_offload_rules_in_one_place() -> None:
+    assert run_of(zero=3, offload="cpu").offload_param == "cpu"  # config and train agree
+    assert run_of(zero=2, offload="cpu").offload_param == "none"
+    assert run_of(zero=3, offload="cpu", offload_param="none").offload_param == "none"
+    with pytest.raises(ConfigError, match="needs ZeRO stage 1, 2 or 3"):
+        run_of(zero=0, offload="cpu")
+    with pytest.raises(ConfigError, match="--offload-param cpu needs --zero 3"):
+        run_of(zero=2, offload_param="cpu")
+    with pytest.raises(ConfigError, match="needs --nvme-path"):
+        run_of(zero=3, offload="nvme")
+    with pytest.raises(ConfigError, match="applies to --optimizer hf"):
+        run_of(optimizer="ds", optim="adamw_torch")
+    with pytest.raises(ConfigError, match="--liger on needs CUDA"):
+        run_of(liger="on")
+
+
+def test_buckets_follow_the_model() -> None:
+    from dojo.modelspec import resolve_model
+
+    spec = resolve_model("7b")
+    assert run_of(CUDA, spec).bucket_size == 500_000_000  # full ZeRO-2: 5e8
+    assert run_of(CUDA, spec, method="lora").bucket_size == spec.hidden_size**2  # HF auto
+    assert run_of(CUDA, spec, zero=3).bucket_size == spec.hidden_size**2
+    assert run_of(CUDA).bucket_size == 500_000_000  # no model known: 5e8 uncapped
+    assert run_of(CUDA, zero=3).bucket_size is None  # "auto" in the JSON
+
+
+def test_liger_and_compile_auto_follow_the_machine() -> None:
+    rich = dataclasses.replace(CUDA, liger=True, triton=True)
+    assert run_of(rich).liger and run_of(rich).compile
+    assert not run_of(rich, grad_ckpt=True).compile and not run_of(rich, method="lora").compile
+    assert not run_of(rich, liger="off").liger
+    assert not run_of(CPU).liger
+
+
+def test_round_trip_through_json() -> None:
+    import json
+
+    run = run_of(CUDA, method="lora", data=("a.jsonl",))
+    again = ResolvedRun.from_dict(json.loads(json.dumps(run.to_dict())))
+    assert again == run
+    with pytest.raises(ValueError, match="format"):
+        ResolvedRun.from_dict({**run.to_dict(), "format": 99})
+
+
+def test_values_helper_matches_merge() -> None:
+    assert values() == inputs.merge("train", {}, {})
