@@ -58,10 +58,13 @@ def config_cmd(
     from dojo.run import machine, render, resolve
 
     run = resolve.resolve(values, machine=machine.for_plan(), given=typed)
+    from dojo.cli.options import ARGV
+
+    out_flag = "-o" if "-o" in ARGV else "--output"
     if output is not None:
         from dojo._io import check_writable
 
-        check_writable(output, force=force, flag="--output")
+        check_writable(output, force=force, flag=out_flag)
     spec = None
     if values["model"] is not None:
         from dojo.modelspec import resolve_model
@@ -85,7 +88,7 @@ def config_cmd(
         return
     from dojo._io import write_text_atomic
 
-    write_text_atomic(output, text, force=force, flag="--output")
+    write_text_atomic(output, text, force=force, flag=out_flag)
     _output.info(f"wrote {output}")
 
 

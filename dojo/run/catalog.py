@@ -3,6 +3,7 @@
 Defaults that say "auto" are resolved in one place only, ``dojo.run.resolve``.
 """
 
+from dojo.architectures import alias_help
 from dojo.run.options import AUTO, Option
 
 MODEL, ZERO, OPT, LORA, DEV, RUN, EST = (
@@ -36,7 +37,7 @@ _OPTIONS = [
         ("--model",),
         "str",
         None,
-        "Local model folder, config.json, Hub id (org/name), size alias (7b) or architecture name (llama-3.1-8b)",
+        "Local model folder, config.json, Hub id (org/name), size alias (7b) or architecture name (llama-3.1-8b). Aliases: " + alias_help(),
         panel=MODEL,
         example="./Llama-3.2-1B",
     ),
