@@ -45,7 +45,9 @@ def test_writes_file_and_refuses_overwrite(cli, tmp_path: Path) -> None:
     out = tmp_path / "ds.json"
     r = cli("config", "--stage", "2", "-o", str(out))
     assert r.exit_code == 0 and r.stdout == ""
-    assert json.loads(out.read_text()) == build_ds_config(ZeroConfig(stage=2, bucket_size=500_000_000))
+    assert json.loads(out.read_text()) == build_ds_config(
+        ZeroConfig(stage=2, bucket_size=500_000_000)
+    )
     before = out.read_text()
     r = cli("config", "--stage", "3", "-o", str(out))
     assert r.exit_code == 1
@@ -60,7 +62,10 @@ def test_writes_file_and_refuses_overwrite(cli, tmp_path: Path) -> None:
     ("args", "error"),
     [
         (["--stage", "4"], "error: --stage '4': out of range: from 0 to 3"),
-        (["--stage", "2", "--offload", "gpu"], "error: --offload 'gpu': choose one of none, cpu, nvme"),
+        (
+            ["--stage", "2", "--offload", "gpu"],
+            "error: --offload 'gpu': choose one of none, cpu, nvme",
+        ),
         (
             ["--stage", "2", "--offload-param", "cpu"],
             "error: --offload-param cpu needs --zero 3 (got --zero 2): only ZeRO-3 partitions parameters",
@@ -79,7 +84,10 @@ def test_writes_file_and_refuses_overwrite(cli, tmp_path: Path) -> None:
             "error: --bucket-size 'lots': must be a whole number from 1 to 1,000,000,000,000",
         ),
         (["--stage", "2", "--model", "7x"], "error: --model '7x': unknown model"),
-        (["--stage", "2", "--bucket-size", "inf"], "error: --bucket-size 'inf': must be a whole number from 1 to 1,000,000,000,000"),
+        (
+            ["--stage", "2", "--bucket-size", "inf"],
+            "error: --bucket-size 'inf': must be a whole number from 1 to 1,000,000,000,000",
+        ),
     ],
 )
 def test_bad_input_one_clear_message(cli, tmp_path: Path, args: list[str], error: str) -> None:

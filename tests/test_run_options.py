@@ -111,7 +111,12 @@ def test_print_config_round_trips(tmp_path: Path) -> None:
 
 def test_auto_is_resolved_once() -> None:
     cpu, gpu = run_of(), run_of(CUDA)
-    assert (cpu.precision, cpu.optim, cpu.liger, cpu.compile) == ("fp32", "adamw_torch", False, False)
+    assert (cpu.precision, cpu.optim, cpu.liger, cpu.compile) == (
+        "fp32",
+        "adamw_torch",
+        False,
+        False,
+    )
     assert (gpu.precision, gpu.optim) == ("bf16", "adamw_torch_fused")
     assert run_of(CUDA, method="lora").lr == 2e-4 and run_of(CUDA).lr == 2e-5
     assert run_of(optimizer="ds").optim == "deepspeed_adamw"

@@ -17,8 +17,8 @@ from dojo.chat import sandbox as chat_sandbox
 from dojo.chat.template import ChatTemplate, render
 from dojo.errors import TemplateError
 from dojo.train import launch
-from tests.runs import run_of
 from dojo.train.launch import Devices
+from tests.runs import run_of
 
 MSGS = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
 SECRET = "s3cr3t-token-do-not-leak"
@@ -207,7 +207,7 @@ def test_cli_train_argv_with_hostile_paths(
     (argv,) = seen
     assert argv[argv.index("--config") + 1] == str(out / "train.json")
     record = json.loads((out / "train.json").read_text())
-    assert record["data"] == [str(data)] and record["run_dir"] == str(out)
+    assert record["paths"]["data"] == [str(data)] and record["paths"]["run_dir"] == str(out)
     assert not list(tmp_path.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
     launched = r.stderr.split("launch: ", 1)[1].splitlines()[0]
     assert shlex.split(launched)[-len(argv) :] == argv  # the printed line is the exact argv
@@ -230,7 +230,7 @@ def test_trust_remote_code_is_off_by_default(cli, tmp_path: Path, monkeypatch) -
     assert run_of().trust_remote_code is False
     r = cli("train", "--nproc", "1", "--dry-run")
     assert r.exit_code == 0, r.stderr
-    record = json.loads(r.stdout.split("\n", 1)[1])["train"]
+    record = json.loads((tmp_path / "runs/dojo/train.json").read_text())["run"]
     assert record["trust_remote_code"] is False
     assert "trust-remote-code" not in r.stderr
 
@@ -239,7 +239,8 @@ def test_trust_remote_code_on_says_so(cli, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     r = cli("train", "--nproc", "1", "--dry-run", "--trust-remote-code")
     assert r.exit_code == 0, r.stderr
-    assert json.loads(r.stdout.split("\n", 1)[1])["train"]["trust_remote_code"] is True
+    record = json.loads((tmp_path / "runs/dojo/train.json").read_text())["run"]
+    assert record["trust_remote_code"] is True
     assert "warning: --trust-remote-code is ON" in r.stderr
 
 

@@ -37,7 +37,8 @@ _OPTIONS = [
         ("--model",),
         "str",
         None,
-        "Local model folder, config.json, Hub id (org/name), size alias (7b) or architecture name (llama-3.1-8b). Aliases: " + alias_help(),
+        "Local model folder, config.json, Hub id (org/name), size alias (7b) or architecture name (llama-3.1-8b). Aliases: "
+        + alias_help(),
         panel=MODEL,
         example="./Llama-3.2-1B",
     ),

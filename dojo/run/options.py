@@ -100,7 +100,10 @@ class Option:
 
     def _range(self) -> str:
         lo, hi = self.lo, self.hi
-        fmt = (lambda x: f"{x:g}") if self.kind == "float" else (lambda x: f"{int(x):,}")
+
+        def fmt(x: float) -> str:
+            return f"{x:g}" if self.kind == "float" else f"{int(x):,}"
+
         if lo is not None and hi is not None:
             return f" from {fmt(lo)} to {fmt(hi)}"
         if lo is not None:

@@ -31,7 +31,16 @@ def model_dir(tmp_path: Path) -> Path:
     d.mkdir()
     (d / "config.json").write_text(json.dumps(TINY_LLAMA))
     (d / "chat_template.jinja").write_text((REPO / "templates/chat/chatml.jinja").read_text())
+    (d / "model.safetensors").write_bytes(b"")  # a dry run never loads it; it must exist
     return d
+
+
+def _dry(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(train.json's ResolvedRun, ds_config.json) that a dry run wrote into ``out``."""
+    rec = json.loads((out / "train.json").read_text())
+    return {**rec["run"], "estimate": rec["estimate"]}, json.loads(
+        (out / "ds_config.json").read_text()
+    )
 
 
 @pytest.fixture
@@ -53,19 +62,52 @@ def test_dry_run_prints_command_and_config(cli, model_dir: Path, tmp_path: Path,
             "--dry-run",
         )  # fmt: skip
     assert r.exit_code == 0, r.stderr
-    first, rest = r.stdout.split("\n", 1)
+    first = r.stdout.strip()
     assert first.endswith(
         f"-m deepspeed.launcher.runner --include localhost:1 --master_port 29999 "
         f"--module dojo.train.worker --config '{out.resolve()}/train.json'"
     )
-    doc = json.loads(rest)
-    assert doc["train"]["zero_stage"] == 3 and doc["train"]["method"] == "full"
-    assert doc["train"]["world_size"] == 1 and doc["train"]["precision_resolved"] == "bf16"
-    zero = doc["ds_config"]["zero_optimization"]
+    run, ds = _dry(out)
+    assert run["zero"] == 3 and run["method"] == "full"
+    assert run["gpus"] == [1] and run["precision"] == "bf16"
+    zero = ds["zero_optimization"]
     assert zero["stage"] == 3 and zero["stage3_gather_16bit_weights_on_model_save"] is True
     assert zero["reduce_bucket_size"] == 64 * 64  # "auto" resolved from the model's hidden size
     assert "optimizer:" in r.stderr  # which optimizer/scheduler is in effect is said before launch
-    assert not out.exists()  # a dry run writes nothing
+    # The dry run wrote exactly the files its command references, and a real run may follow.
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".dojo-dry-run",
+        "ds_config.json",
+        "train.json",
+    ]
+
+
+def test_dry_run_plans_gpus_that_are_not_here(cli, model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    with _gpus([]):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "--gpus", "0,1",
+                "-o", str(out), "--dry-run")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "these GPUs are not on this machine" in r.stderr
+    assert "--include localhost:0,1" in r.stdout
+    run, _ = _dry(out)
+    assert run["device"] == "cuda" and run["machine_assumed"] and run["precision"] == "bf16"
+    with _gpus([]):  # without --dry-run it is refused before anything is written
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "--gpus", "0,1",
+                "-o", str(tmp_path / "o2"))  # fmt: skip
+    assert r.exit_code == 1 and "no NVIDIA GPU on this machine" in r.stderr
+    assert not (tmp_path / "o2").exists()
+
+
+def test_folder_without_weights_needs_init_random(cli, model_dir: Path, tmp_path: Path) -> None:
+    (model_dir / "model.safetensors").unlink()
+    base = ["train", "--model", str(model_dir), "--data", "org/chats", "--nproc", "1", "--dry-run"]
+    with _gpus([]):
+        r = cli(*base, "-o", str(tmp_path / "a"))
+        assert r.exit_code == 1 and "no weights" in r.stderr and "--init random" in r.stderr
+        assert cli(*base, "-o", str(tmp_path / "b"), "--init", "random").exit_code == 0
+        (model_dir / "pytorch_model.bin").write_bytes(b"")
+        assert cli(*base, "-o", str(tmp_path / "c")).exit_code == 0
 
 
 def test_dry_run_cpu_processes(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
@@ -78,7 +120,7 @@ def test_dry_run_cpu_processes(cli, model_dir: Path, tmp_path: Path, no_launch) 
     first = r.stdout.splitlines()[0]
     assert first.startswith("DS_ACCELERATOR=cpu LOCAL_SIZE=2 ")
     assert "--include localhost:0,1" in first
-    assert json.loads(r.stdout.split("\n", 1)[1])["train"]["precision_resolved"] == "fp32"
+    assert _dry(tmp_path / "o")[0]["precision"] == "fp32"
 
 
 def test_config_file_and_flag_precedence(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
@@ -87,8 +129,8 @@ def test_config_file_and_flag_precedence(cli, model_dir: Path, tmp_path: Path, n
     with _gpus(H200):
         r = cli("train", "-c", str(run), "--zero", "1", "-o", str(tmp_path / "o"), "--dry-run")
     assert r.exit_code == 0, r.stderr
-    train = json.loads(r.stdout.split("\n", 1)[1])["train"]
-    assert (train["zero_stage"], train["lr"], train["seq_len"]) == (1, 3e-4, 256)
+    train = _dry(tmp_path / "o")[0]
+    assert (train["zero"], train["lr"], train["seq_len"]) == (1, 3e-4, 256)
 
 
 @pytest.mark.parametrize(
@@ -97,12 +139,12 @@ def test_config_file_and_flag_precedence(cli, model_dir: Path, tmp_path: Path, n
         (["--gpus", "0,5"], "error: --gpus '0,5': GPU 5 does not exist"),
         (["--gpus", "0,0"], "error: --gpus '0,0': GPU 0 is listed twice"),
         (["--model", "./does-not-exist"], "error: --model ./does-not-exist: no such folder"),
-        (["--zero", "5"], "error: --zero 5: must be an integer 0..3"),
+        (["--zero", "5"], "error: --zero '5': out of range: from 0 to 3"),
         (["--method", "qlora", "--nproc", "1"], "error: --method qlora needs an NVIDIA GPU"),
         (["--offload-param", "cpu"], "error: --offload-param cpu needs --zero 3"),
         (["--resume"], "error: --resume: no complete checkpoint in --output-dir"),
         (["--template", "chatmll"], "error: --template 'chatmll' is not a bundled template"),
-        (["--seq-len", "0"], "error: --seq-len 0: must be an integer 8..1048576"),
+        (["--seq-len", "0"], "error: --seq-len '0': out of range: from 8 to 1,048,576"),
     ],
 )
 def test_bad_input_one_line_nothing_launched(
@@ -123,9 +165,11 @@ def test_bad_input_one_line_nothing_launched(
 
 
 def test_usage_error_is_exit_2(cli) -> None:
-    r = cli("train", "--micro-batch", "four")
+    r = cli("train", "--no-such-flag")
     assert r.exit_code == 2
     assert r.stderr.startswith("error: ")
+    r = cli("train", "--micro-batch", "four")
+    assert r.exit_code == 1 and r.stderr.startswith("error: --micro-batch 'four'")
 
 
 def test_does_not_fit_stops_with_table(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
@@ -143,25 +187,25 @@ def test_host_ram_too_small_for_offload_warns(
     cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch
 ) -> None:
     """A warning, not a stop: MemTotal can read low on VMs whose memory grows on demand."""
-    import dojo.train.driver
+    import dojo.train.preflight
 
-    monkeypatch.setattr(dojo.train.driver, "host_memory_gib", lambda: 0.5)
+    monkeypatch.setattr(dojo.train.preflight, "host_memory_gib", lambda: 0.5)
     args = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")]
     with _gpus(H200):
         r = cli(*args, "--zero", "2", "--offload", "cpu", "--dry-run")
     assert r.exit_code == 0, r.stderr
     assert "GiB of host RAM (offloaded states, pinned), this machine reports 0.5 GiB" in r.stderr
     assert "try --zero 3 (pins less host memory)" in r.stderr
-    monkeypatch.setattr(dojo.train.driver, "host_memory_gib", lambda: 64.0)
+    monkeypatch.setattr(dojo.train.preflight, "host_memory_gib", lambda: 64.0)
     with _gpus(H200):
         r = cli(*args, "--zero", "2", "--offload", "cpu", "--dry-run")
     assert "host RAM" not in r.stderr
 
 
 def test_host_memory_is_positive() -> None:
-    import dojo.train.driver
+    import dojo.train.preflight
 
-    mem = dojo.train.driver.host_memory_gib()
+    mem = dojo.train.preflight.host_memory_gib()
     assert mem is not None and 0.1 < mem < 1 << 20
 
 
@@ -235,11 +279,11 @@ def test_default_buckets_and_compile(
     with _gpus(H200):
         r = cli(*base, "--gpus", "0", *args, "--dry-run")
     assert r.exit_code == 0, r.stderr
-    doc = json.loads(r.stdout.split("\n", 1)[1])
+    run, ds = _dry(tmp_path / "o")
     if bucket == CAP:  # 5e8, capped at the model size: the tiny model's whole parameter count
         from dojo.modelspec import resolve_model
 
         bucket = min(500_000_000, resolve_model(str(model_dir / "config.json")).params)
         assert bucket < 500_000_000
-    assert doc["ds_config"]["zero_optimization"]["reduce_bucket_size"] == bucket
-    assert doc["train"]["compile_resolved"] is compile_
+    assert ds["zero_optimization"]["reduce_bucket_size"] == bucket
+    assert run["compile"] is compile_

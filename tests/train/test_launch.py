@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from dojo.errors import LaunchError
+from dojo.errors import ConfigError, LaunchError
 from dojo.gpus import Gpu
-from dojo.train import checkpoints, launch, preflight
-from dojo.errors import ConfigError
 from dojo.run.resolved import ResolvedRun
-from tests.runs import CUDA, run_of, values
+from dojo.train import checkpoints, launch, preflight
 from dojo.train.launch import Devices
+from tests.runs import CUDA, run_of, values
 
 PY = "/usr/bin/python3"
 H200 = [Gpu(i, "NVIDIA H200", 139.8) for i in range(4)]
@@ -92,7 +91,9 @@ def test_bad_gpus_refused(spec: str, needle: str) -> None:
 
 
 def test_devices_resolution() -> None:
-    assert preflight.place(values(gpus="all"), H200, dry_run=False)[1] == Devices("cuda", (0, 1, 2, 3))
+    assert preflight.place(values(gpus="all"), H200, dry_run=False)[1] == Devices(
+        "cuda", (0, 1, 2, 3)
+    )
     assert preflight.place(values(gpus="2,0"), H200, dry_run=False)[1].ids == (0, 2)
     assert preflight.place(values(), [], dry_run=False)[1] == Devices("cpu", (0,))
     assert preflight.place(values(nproc=2), [], dry_run=False)[1] == Devices("cpu", (0, 1))
