@@ -57,7 +57,9 @@ def model_dir(tmp_path: Path) -> Path:
     return d
 
 
-def _both(cli: Any, model_dir: Path, out: Path, args: list[str], gpus: list[Gpu]) -> tuple[Any, Any]:
+def _both(
+    cli: Any, model_dir: Path, out: Path, args: list[str], gpus: list[Gpu]
+) -> tuple[Any, Any]:
     with patch("dojo.gpus.list_gpus", return_value=gpus):
         e = cli("estimate", "--model", str(model_dir), "--gpus", "0,1", "--json", *args)
         t = cli(
@@ -89,8 +91,17 @@ def test_plain_stack_is_described_by_turning_dojo_extras_off(
     with patch("dojo.gpus.list_gpus", return_value=[]):
         dojo = json.loads(cli("estimate", "--model", str(model_dir), "--json").stdout)
         plain = json.loads(
-            cli("estimate", "--model", str(model_dir), "--json", "--liger", "off",
-                "--compile", "off", "--no-packing").stdout  # fmt: skip
+            cli(
+                "estimate",
+                "--model",
+                str(model_dir),
+                "--json",
+                "--liger",
+                "off",
+                "--compile",
+                "off",
+                "--no-packing",
+            ).stdout  # fmt: skip
         )
     assert dojo["runs"][0]["liger"] is True and plain["runs"][0]["liger"] is False
     assert any("liger on" in line for line in dojo["assumed"])
