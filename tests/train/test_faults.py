@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 STEPS = 60  # ~8 s of training: a wide window to kill in, yet a small run
 SAVE = 5
 EXIT_WITHIN_S = 20.0  # "within seconds", with margin for a loaded 2-core CI box
-ARGS = ["--nproc", "2", "--seq-len", "256", "--micro-batch", "4", "--seed", "7"]
+ARGS = ["--nproc", "2", "--method", "lora", "--seq-len", "256", "--micro-batch", "4", "--seed", "7"]
 ARGS += ["--max-steps", str(STEPS), "--save-steps", str(SAVE), "--save-total-limit", "3"]
 
 
