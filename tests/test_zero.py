@@ -153,8 +153,8 @@ def test_nvme_blocks() -> None:
         ),
         (
             ZeroConfig(stage=2, offload_param="cpu"),
-            "--offload-param cpu needs --stage 3 (parameter offload exists only in ZeRO-3)",
-            "use --stage 3 --offload-param cpu, or --offload cpu to offload only the optimizer state",
+            "--offload-param cpu needs --zero 3 (got --zero 2): only ZeRO-3 partitions parameters",
+            "use --zero 3, or --offload cpu for the optimizer only",
         ),
         (
             ZeroConfig(stage=3, offload="nvme"),

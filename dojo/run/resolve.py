@@ -11,29 +11,19 @@ from dojo.run.catalog import OPTIONS
 from dojo.run.machine import Machine
 from dojo.run.resolved import ResolvedRun
 from dojo.zero.build import DS_BUCKET_DEFAULT as DS_BUCKET
+from dojo.zero.rules import offload_problems
 
 _BNB_OPTIMS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 
 
 def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
-    zero, off, off_p = v["zero"], v["offload"], v["offload_param"]
-    if off != "none" and zero == 0:
-        out.append((f"--offload {off} needs ZeRO stage 1, 2 or 3 (got --zero 0)",
-                    f"use --zero 2 --offload {off}, or drop --offload"))  # fmt: skip
-    if off_p not in ("auto", "none") and zero != 3:
-        out.append((f"--offload-param {off_p} needs --zero 3 (got --zero {zero}): only ZeRO-3 "
-                    "partitions parameters", f"use --zero 3, or --offload {off_p} for the optimizer only"))  # fmt: skip
-    param_dev = (off if zero == 3 else "none") if off_p == "auto" else off_p
-    if "nvme" in (off, param_dev) and not v.get("nvme_path"):
-        flag = "--offload" if off == "nvme" else "--offload-param"
-        out.append((f"{flag} nvme needs --nvme-path",
-                    "pass --nvme-path DIR (a folder on a fast local NVMe disk), or use cpu offload"))  # fmt: skip
+    out += offload_problems(v["zero"], v["offload"], v["offload_param"], v.get("nvme_path"))
     optim = v.get("optim", "auto")
     if v.get("optimizer") == "ds" and "optim" in given and optim != "auto":
         out.append((f"--optim {optim} applies to --optimizer hf; with --optimizer ds DeepSpeed's "
                     "AdamW steps", f"drop --optim, or use --optimizer hf --optim {optim}"))  # fmt: skip
-    if optim in _BNB_OPTIMS and off != "none":
+    if optim in _BNB_OPTIMS and v["offload"] != "none":
         out.append((f"--optim {optim} steps on the GPU (bitsandbytes); offloaded states live on the CPU",
                     "use --offload none, or --optimizer ds (DeepSpeedCPUAdam) with offload"))  # fmt: skip
     if v.get("merge") and v["method"] == "full":

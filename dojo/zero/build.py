@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dojo.errors import ConfigError
+from dojo.zero.rules import offload_problems, param_device
 
 STAGES = (0, 1, 2, 3)
 DEVICES = ("none", "cpu", "nvme")
@@ -88,9 +89,7 @@ class ZeroConfig:
     @property
     def offload_param_device(self) -> str:
         """Resolved parameter offload: at stage 3 it follows `offload` unless set explicitly."""
-        if self.offload_param is not None:
-            return self.offload_param
-        return self.offload if self.stage == 3 else "none"
+        return param_device(self.stage, self.offload, self.offload_param)
 
     def problems(self) -> list[tuple[str, str]]:
         """Every problem as (message, hint), all collected so one error can list them."""
@@ -116,30 +115,7 @@ class ZeroConfig:
                 )
         if out:  # the checks below assume valid choices
             return out
-        if self.stage == 0 and self.offload != "none":
-            out.append(
-                (
-                    f"--offload {self.offload} needs ZeRO stage 1, 2 or 3 (stage 0 has no partitioned optimizer)",
-                    f"use --stage 2 --offload {self.offload}, or drop --offload",
-                )
-            )
-        if self.stage != 3 and self.offload_param not in (None, "none"):
-            out.append(
-                (
-                    f"--offload-param {self.offload_param} needs --stage 3 (parameter offload exists only in ZeRO-3)",
-                    f"use --stage 3 --offload-param {self.offload_param}, or --offload {self.offload_param} "
-                    "to offload only the optimizer state",
-                )
-            )
-        uses_nvme = "nvme" in (self.offload, self.offload_param_device)
-        if uses_nvme and not self.nvme_path:
-            flag = "--offload" if self.offload == "nvme" else "--offload-param"
-            out.append(
-                (
-                    f"{flag} nvme needs --nvme-path",
-                    "pass --nvme-path DIR (a folder on a fast local NVMe disk), or use cpu offload",
-                )
-            )
+        out += offload_problems(self.stage, self.offload, self.offload_param, self.nvme_path)
         if self.bucket_size is not None and self.bucket_size <= 0:
             out.append(
                 (
