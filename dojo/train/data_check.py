@@ -21,7 +21,7 @@ SAMPLE_ROWS = 64
 _HUB_TIMEOUT_S = 10.0
 _FORMAT_COLUMNS = (("messages",), ("conversations",), ("instruction", "output"))
 CSV_HINT = (
-    "dojo reads JSON lines; convert it, e.g. python -c \"import csv,json,sys; "
+    'dojo reads JSON lines; convert it, e.g. python -c "import csv,json,sys; '
     '[print(json.dumps(r)) for r in csv.DictReader(open(sys.argv[1]))]" data.csv > data.jsonl '
     "(columns instruction,input,output make Alpaca rows)"
 )
@@ -30,7 +30,7 @@ CSV_HINT = (
 def looks_like_csv(first_line: str) -> bool:
     """A header line of comma/tab/semicolon separated names, not JSON."""
     s = first_line.strip()
-    if not s or s[0] in "{[\"" or s[0].isdigit():
+    if not s or s[0] in '{["' or s[0].isdigit():
         return False
     for sep in (",", "\t", ";"):
         cells = [c.strip().strip('"') for c in s.split(sep)]
@@ -62,7 +62,7 @@ def check_parquet(path: Path, ref: str, validate: Any = None) -> None:
             hint="the copy or download stopped early: fetch or export it again",
         )
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
     except ImportError:
         return  # the worker reads it with `datasets`, which needs pyarrow anyway
     try:
@@ -149,7 +149,9 @@ def cached_dataset(repo_id: str) -> Path | None:
     if arrow.is_dir() and any(arrow.rglob("*.arrow")):
         return arrow
     hub_cache = Path(
-        os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or hf_home() / "hub"
+        os.environ.get("HF_HUB_CACHE")
+        or os.environ.get("HUGGINGFACE_HUB_CACHE")
+        or hf_home() / "hub"
     ).expanduser()
     snaps = hub_cache / f"datasets--{owner}--{name}" / "snapshots"
     if snaps.is_dir() and any(p.is_file() for p in snaps.rglob("*")):

@@ -17,6 +17,7 @@ back from here unchanged (a runner killed by signal N makes this process die of 
 Stdlib only, nothing from dojo imported: it starts in a few tens of milliseconds.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -47,10 +48,8 @@ def _kill_group_when_orphaned(fd: int, runner: subprocess.Popen[bytes]) -> None:
 
 
 def _killpg(pgid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def main(argv: list[str]) -> int:

@@ -14,7 +14,9 @@ CACHED_HUB_DATASET = "org/chats"
 
 
 @pytest.fixture(autouse=True)
-def _local_datasets_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _local_datasets_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     cache = tmp_path_factory.mktemp("hf-datasets")
     owner, name = CACHED_HUB_DATASET.split("/")
     part = cache / f"{owner}___{name}" / "default" / "0.0.0" / "abc123"
