@@ -154,7 +154,19 @@ def run(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = Non
             signal.signal(s, h)
     if interrupted:
         return 130
+    if rc == 0 and _ranks_unfinished(cmd):
+        return 1
     return rc
+
+
+def _ranks_unfinished(cmd: list[str]) -> bool:
+    """Exit 0 with a rank that never wrote "done" (see rank_status.not_done): a failure."""
+    from dojo.train import rank_status
+
+    if "--config" not in cmd[:-1]:
+        return False  # not a dojo worker launch (tests' stand-ins)
+    run_dir = Path(cmd[cmd.index("--config") + 1]).parent
+    return bool(rank_status.not_done(run_dir))
 
 
 def _signal_group(pgid: int, signum: int) -> None:

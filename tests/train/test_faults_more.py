@@ -90,7 +90,9 @@ def _stop(sig: int, tmp_path: Path) -> tuple[int, float, dict[int, list[str]], s
 
 def test_sighup_stops_every_process(tmp_path: Path) -> None:
     rc, gone, before, log = _stop(signal.SIGHUP, tmp_path)
-    print(f"\nfaults: SIGHUP of dojo train -> exit {rc}, {len(before)} processes gone in {gone:.1f} s")
+    print(
+        f"\nfaults: SIGHUP of dojo train -> exit {rc}, {len(before)} processes gone in {gone:.1f} s"
+    )
     assert rc == 130, log[-3000:]
     assert gone < GONE_WITHIN_S
     assert "interrupted: every process of the run was stopped" in log
@@ -101,7 +103,8 @@ def test_sighup_stops_every_process(tmp_path: Path) -> None:
 def test_sigkill_of_dojo_train_leaves_no_orphan(tmp_path: Path) -> None:
     rc, gone, before, _ = _stop(signal.SIGKILL, tmp_path)
     kinds = sorted(
-        next((a for a in argv if a.startswith(("dojo.", "deepspeed."))), "?") for argv in before.values()
+        next((a for a in argv if a.startswith(("dojo.", "deepspeed."))), "?")
+        for argv in before.values()
     )
     print(f"\nfaults: SIGKILL of dojo train -> {kinds} all gone in {gone:.1f} s")
     assert rc == -signal.SIGKILL
@@ -152,3 +155,28 @@ def test_truncated_shard_resumes_from_the_previous_checkpoint(trained: Path) -> 
     assert summary["resumed_from"] == str(trained.resolve() / "checkpoint-5")
     assert summary["steps"] == 10
     assert checkpoints.verify(trained / "checkpoint-10") == []  # rewritten whole, new marker
+
+
+def test_sigkill_of_deepspeed_launch_is_a_failure_without_orphans(tmp_path: Path) -> None:
+    """DeepSpeed's runner exits 0 when launch.py dies of a signal; dojo must not say "done"."""
+    out = tmp_path / "run"
+    proc, log = _start(out, "--max-steps", "100000", "--save-steps", "0")
+    try:
+        before = _training(out, log)
+        launch_pid = next(p for p, a in before.items() if "deepspeed.launcher.launch" in a)
+        os.kill(launch_pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        rc = proc.wait(timeout=60)
+        _wait_for(lambda: not _run_processes(out), GONE_WITHIN_S + 5, "every process to end")
+        gone = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _run_processes(out):
+            os.kill(pid, signal.SIGKILL)
+    text = log.read_text(errors="replace")
+    print(f"\nfaults: SIGKILL of deepspeed launch -> exit {rc}, all gone in {gone:.1f} s")
+    assert rc == 1, text[-3000:]
+    assert "error: training failed (launcher exit code 1)" in text
+    assert "done:" not in text
+    assert gone < GONE_WITHIN_S

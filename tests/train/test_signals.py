@@ -116,3 +116,18 @@ def test_supervisor_passes_exit_status_through() -> None:
 def test_supervisor_usage() -> None:
     assert supervise.main([]) == 2
     assert supervise.main(["3", "x"]) == 2
+
+
+def test_exit_0_with_an_unfinished_rank_is_a_failure(tmp_path: Path) -> None:
+    """DeepSpeed's runner exits 0 when its launch process is killed by a signal; the ranks'
+    own records say the run did not finish."""
+    from dojo.train import launch, rank_status
+
+    fake = (
+        "import sys; from dojo.train import rank_status as r; r.write(sys.argv[1], 0, sys.argv[2])"
+    )
+    for status, rc in (("done", 0), ("running", 1), ("stopped", 1)):
+        rank_status.clear(tmp_path)
+        cmd = [sys.executable, "-c", fake, str(tmp_path), status]
+        assert launch.run([*cmd, "--config", str(tmp_path / "train.json")]) == rc, status
+        assert launch.run(cmd) == 0  # not a worker launch: nothing to consult
