@@ -265,5 +265,7 @@ def test_subprocess_list_form_is_what_popen_gets(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(subprocess, "Popen", FakePopen)
     assert launch.run(["python", EVIL]) == 0
-    assert captured["cmd"] == ["python", EVIL]
+    cmd = captured["cmd"]
+    assert isinstance(cmd, list) and cmd[1:3] == ["-m", launch.SUPERVISOR]
+    assert cmd[cmd.index("--") + 1 :] == ["python", EVIL]  # the supervisor Popen()s exactly this
     assert not captured["kw"].get("shell")  # type: ignore[attr-defined]

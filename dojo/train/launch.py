@@ -1,8 +1,9 @@
 """Launching a run: the DeepSpeed runner's argument list, and the process that owns it.
 
 ``build_command`` is pure (tests assert on the list). ``run`` starts the runner in its own process
-group, forwards Ctrl-C / SIGTERM to the whole group, and returns the runner's exit code (130 after
-Ctrl-C). User strings only ever travel as list items, never through a shell.
+group under dojo.train.supervise (which ends the group if dojo train dies, even by SIGKILL),
+forwards Ctrl-C / SIGTERM / SIGHUP to the whole group, and returns the runner's exit code (130
+after an interrupt). User strings only ever travel as list items, never through a shell.
 
     python -m deepspeed.launcher.runner --include localhost:0,1 --master_port 29533 \
         --module dojo.train.worker --config runs/dojo/train.json
@@ -99,20 +100,39 @@ def format_command(cmd: list[str], env: dict[str, str] | None = None) -> str:
     return prefix + shlex.join(cmd)
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> int:
-    """Run the launcher in its own process group; Ctrl-C/SIGTERM stop every rank; no orphans.
+SUPERVISOR = "dojo.train.supervise"
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
+
+def run(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> int:
+    """Run the launcher in its own process group; Ctrl-C/SIGTERM/SIGHUP stop every rank; no orphans.
+
+    The group is led by dojo.train.supervise, which holds the read end of a pipe whose write end
+    only this process has: if this process dies in a way no handler sees (SIGKILL, the OOM
+    killer), the pipe closes and the supervisor stops the whole group within seconds.
+    SIGHUP (terminal closed, ssh dropped) is handled like SIGTERM: the ranks get SIGTERM.
     Returns the launcher's exit code, or 130 when the run was interrupted.
     """
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, start_new_session=True)
+    read_fd, write_fd = os.pipe()  # both non-inheritable; pass_fds hands read_fd to the child
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", SUPERVISOR, str(read_fd), "--", *cmd],
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            pass_fds=(read_fd,),
+        )
+    finally:
+        os.close(read_fd)
     pgid = proc.pid  # start_new_session: the child leads a new session and process group
     interrupted: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         interrupted.append(signum)
-        _signal_group(pgid, signum)
+        # SIGHUP is not something DeepSpeed's launcher or the ranks handle: send SIGTERM.
+        _signal_group(pgid, signal.SIGTERM if signum == signal.SIGHUP else signum)
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, forward) for s in _STOP_SIGNALS}
     try:
         deadline: float | None = None
         while True:
@@ -129,11 +149,24 @@ def run(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = Non
         # Whatever happened, nothing of this run outlives it (ranks the launcher missed, their
         # dataloader workers): SIGTERM the group, then SIGKILL what is left.
         _reap_group(pgid)
+        os.close(write_fd)
         for s, h in old.items():
             signal.signal(s, h)
     if interrupted:
         return 130
+    if rc == 0 and _ranks_unfinished(cmd):
+        return 1
     return rc
+
+
+def _ranks_unfinished(cmd: list[str]) -> bool:
+    """Exit 0 with a rank that never wrote "done" (see rank_status.not_done): a failure."""
+    from dojo.train import rank_status
+
+    if "--config" not in cmd[:-1]:
+        return False  # not a dojo worker launch (tests' stand-ins)
+    run_dir = Path(cmd[cmd.index("--config") + 1]).parent
+    return bool(rank_status.not_done(run_dir))
 
 
 def _signal_group(pgid: int, signum: int) -> None:

@@ -60,3 +60,10 @@ def describe_failure(run_dir: str | Path) -> list[str]:
         elif status.startswith("failed"):
             lines.append(f"rank {r['rank']} (pid {r['pid']}) {status}")
     return lines
+
+
+def not_done(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Ranks that recorded a state but not "done". After a launcher exit code of 0 any such rank
+    means the launcher lied: DeepSpeed's runner exits 0 when its launch process is killed by a
+    signal (it forwards only positive codes), while the ranks were still training."""
+    return [r for r in read(run_dir) if r.get("status") != "done"]

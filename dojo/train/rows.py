@@ -8,6 +8,13 @@ API (used by the launcher's preflight before launch, and by the worker through d
         .format_counts {"messages": n, "sharegpt": n, "alpaca": n}
         .passthrough   Hub dataset names and .parquet files, left to the worker (dojo.train.worker.examples)
 
+Those are checked here too, before launch (dojo.train.data_check): a .parquet file must carry the
+PAR1 magic at both ends, a conversation column and a valid row among its first rows; a Hub id
+must be in the local cache or reachable on the Hub (checked by the launcher, not by every rank).
+
+JSON Lines end at "\n" only (one trailing "\r" is dropped): json.dumps(ensure_ascii=False) writes
+U+2028, U+2029 and U+0085 raw inside strings, and str.splitlines would cut a row there.
+
 Raises DataError (one line, naming the path) for a missing path, a folder, an empty or binary file,
 an unsupported extension and malformed JSON (with its line). A row that parses but is not a usable
 conversation (unknown format, missing fields, wrong roles, empty, no assistant text) is a *bad
@@ -16,17 +23,21 @@ row the template refuses (e.g. roles that do not alternate) is a bad row too.
 """
 
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dojo.chat.conversation import FORMATS, Message, to_messages
 from dojo.errors import DataError, DojoError
+from dojo.train import data_check
 
 ROW_SUFFIXES = (".jsonl", ".ndjson", ".json")
 """Read here. .json holds one array of records, one record, or (as `datasets` accepts) JSON lines."""
 PASSTHROUGH_SUFFIXES = (".parquet",)
-"""Read by the worker with `datasets` (pyarrow is not stdlib)."""
+"""Read by the worker with `datasets` (pyarrow is not stdlib); checked here before launch."""
+_TABLE_SUFFIXES = (".csv", ".tsv")
 _SNIFF_BYTES = 8192  # a NUL byte in the first 8 KiB means binary, as git and grep decide
 
 
@@ -58,17 +69,34 @@ def is_hub_name(ref: str) -> bool:
     )
 
 
-def read_rows(paths: list[str], *, template: Any = None) -> RowsReport:
-    """Every row of every local file (see module docstring)."""
+def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) of JSON Lines text: split at "\n" only, one "\r" dropped."""
+    for n, line in enumerate(text.split("\n"), start=1):
+        yield n, line[:-1] if line.endswith("\r") else line
+
+
+def read_rows(
+    paths: list[str], *, template: Any = None, hub_check: bool | None = None
+) -> RowsReport:
+    """Every row of every local file (see module docstring).
+
+    ``hub_check``: ask the cache/Hub whether a Hub id can be read; None = only outside a
+    launched rank (LOCAL_RANK unset): the launcher checked before launch, ranks need not ask.
+    """
     report = RowsReport()
     if not paths:
         raise DataError("--data: no data file given", hint="pass --data FILE.jsonl (or a Hub id)")
+    if hub_check is None:
+        hub_check = os.environ.get("LOCAL_RANK") is None
     for ref in paths:
         if is_hub_name(ref):
+            if hub_check:
+                data_check.check_hub_dataset(ref)
             report.passthrough.append(ref)
             continue
         path = _check_file(ref)
         if path.suffix.lower() in PASSTHROUGH_SUFFIXES:
+            data_check.check_parquet(path, ref, validate_record)
             report.passthrough.append(ref)
             continue
         for source, record in _records(path, ref):
@@ -124,6 +152,8 @@ def _check_file(ref: str) -> Path:
             f"--data {ref} is a folder", hint="pass the data files inside it: --data DIR/*.jsonl"
         )
     suffix = path.suffix.lower()
+    if suffix in _TABLE_SUFFIXES:
+        raise DataError(f"--data {ref}: CSV/TSV is not read by dojo", hint=data_check.CSV_HINT)
     if suffix not in ROW_SUFFIXES + PASSTHROUGH_SUFFIXES:
         raise DataError(
             f"--data {ref}: unsupported file type {suffix or '(no extension)'!r}",
@@ -158,14 +188,27 @@ def _records(path: Path, ref: str) -> list[tuple[str, Any]]:
             return _json_array(text, name)
         try:
             return [(f"{name}:{_line_of(text, len(text) - len(text.lstrip()))}", json.loads(text))]
-        except json.JSONDecodeError:
-            pass  # not one document: maybe JSON lines named .json
+        except json.JSONDecodeError as e:
+            if not _first_line_is_json(text):  # not JSON lines either: report the document's error
+                raise DataError(
+                    f"--data {name}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno})",
+                    hint=_not_json_hint(name, e.lineno, text.split("\n", 1)[0]),
+                ) from e
     return _json_lines(text, name)
+
+
+def _first_line_is_json(text: str) -> bool:
+    line = next((ln for _, ln in jsonl_lines(text) if ln.strip()), "")
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def _json_lines(text: str, name: str) -> list[tuple[str, Any]]:
     out = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in jsonl_lines(text):
         if not line.strip():
             continue
         try:
@@ -173,9 +216,17 @@ def _json_lines(text: str, name: str) -> list[tuple[str, Any]]:
         except json.JSONDecodeError as e:
             raise DataError(
                 f"--data {name}:{n}: not valid JSON ({e.msg}, column {e.colno})",
-                hint="each line must hold one JSON object",
+                hint=_not_json_hint(name, n, line),
             ) from e
     return out
+
+
+def _not_json_hint(name: str, n: int, line: str) -> str:
+    if n == 1 and data_check.looks_like_csv(line):
+        return "it looks like CSV; " + data_check.CSV_HINT
+    if name.lower().endswith(".json"):
+        return "a .json file must hold one JSON array or object of conversations, or JSON lines"
+    return "each line must hold one JSON object"
 
 
 def _json_array(text: str, name: str) -> list[tuple[str, Any]]:

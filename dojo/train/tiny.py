@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from dojo.paths import templates_dir
+from dojo.train.rows import jsonl_lines
 
 TINY_CONFIG = templates_dir() / "models" / "tiny" / "config.json"
 TEMPLATE = "chatml"
@@ -42,7 +43,9 @@ def _training_text() -> list[str]:
     """The bundled text: demo conversations' contents and the role names the template writes."""
     path = templates_dir() / "data" / "demo_chat.jsonl"
     texts = ["system\n", "user\n", "assistant\n"]
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for _, line in jsonl_lines(path.read_text(encoding="utf-8")):
+        if not line.strip():
+            continue
         for m in json.loads(line)["messages"]:
             texts.append(f"{m['role']}\n{m['content']}\n")
     return texts

@@ -94,7 +94,8 @@ def test_json_single_object_and_json_lines_named_json(tmp_path: Path) -> None:
         ("bad.jsonl", b'{"messages": []}\n{"messages": [\n', ":2: not valid JSON"),
         ("bad.json", b'[\n{"messages": []},\n{"messages": ]\n]', ":3: not valid JSON"),
         ("trail.json", b"[{}] x", "extra data"),
-        ("data.csv", b"a,b\n", "unsupported file type '.csv'"),
+        ("data.csv", b"a,b\n", "CSV/TSV is not read by dojo"),
+        ("data.txt", b"a,b\n", "unsupported file type '.txt'"),
     ],
 )
 def test_file_errors(tmp_path: Path, name: str, content: bytes, message: str) -> None:
@@ -116,11 +117,14 @@ def test_missing_and_folder(tmp_path: Path) -> None:
 
 
 def test_hub_names_and_parquet_pass_through(tmp_path: Path) -> None:
-    pq = tmp_path / "d.parquet"
-    pq.write_bytes(b"PAR1")
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist([GOOD]), table)
     p = write_jsonl(tmp_path / "d.jsonl", [GOOD])
-    r = read_rows(["HuggingFaceH4/no_robots", str(pq), p])
-    assert r.passthrough == ["HuggingFaceH4/no_robots", str(pq)]
+    r = read_rows(["org/chats", str(table), p])  # org/chats: in the test datasets cache (conftest)
+    assert r.passthrough == ["org/chats", str(table)]
     assert len(r.rows) == 1
     assert is_hub_name("org/name")
     assert not is_hub_name("./org/name")

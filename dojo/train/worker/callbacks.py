@@ -14,7 +14,8 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from dojo.train.checkpoints import MARKER
+from dojo.train.checkpoints import MARKER, manifest
+from dojo.train.resume_check import read_record, saved_view
 
 GIB = 1024**3
 
@@ -81,16 +82,32 @@ class Progress(TrainerCallback):
 
 
 class CheckpointMarker(TrainerCallback):
-    """After every rank finished checkpoint-N, rank 0 writes its marker: then it counts as done."""
+    """After every rank finished checkpoint-N, rank 0 writes its marker: then it counts as done.
+
+    The marker holds what the checkpoint was trained with (``meta``, plus the resume-relevant
+    settings of the run record beside it) and every file's size and checksum, so --resume
+    refuses other settings and skips a checkpoint damaged after it was written (checkpoints).
+    """
 
     def __init__(self, meta: dict[str, Any]) -> None:
         self.meta = meta
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        # A resumed run rewrites checkpoint-N in place over a damaged or older one: its stale
+        # marker must go before the first shard is written, or a kill mid-save would leave an
+        # old marker on new half-written files.
+        if control.should_save and is_rank0():
+            stale = Path(args.output_dir) / f"checkpoint-{state.global_step}" / MARKER
+            stale.unlink(missing_ok=True)
 
     def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         barrier()  # every rank's ZeRO shard is on disk before the checkpoint is declared done
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if is_rank0() and path.is_dir():
-            _write_json_atomic(path / MARKER, {**self.meta, "step": state.global_step})
+            record = read_record(args.output_dir)
+            marker = {**saved_view(record), **self.meta, "step": state.global_step}
+            marker["files"] = manifest(path)
+            _write_json_atomic(path / MARKER, marker)
         barrier()
 
 

@@ -1,0 +1,215 @@
+"""Data the launcher cannot read row by row itself, checked BEFORE launch (dojo.train.rows calls these).
+
+Without these checks the failure came after launch, once per rank, as a traceback from
+`datasets`: a text file named ``.parquet``, a Parquet file without a conversation column, a Hub
+dataset id on a machine that cannot download it, a CSV file. Pure stdlib; pyarrow is used when
+importable (it comes with `datasets`), and the Hub is asked at most once (HTTP HEAD-like GET of
+the dataset's API page), never downloaded from. Nothing here writes a file.
+"""
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from dojo.errors import DataError
+
+PARQUET_MAGIC = b"PAR1"
+SAMPLE_ROWS = 64
+"""Parquet rows validated before launch: enough to catch a wrong column layout, cheap to read."""
+_HUB_TIMEOUT_S = 10.0
+_FORMAT_COLUMNS = (("messages",), ("conversations",), ("instruction", "output"))
+CSV_HINT = (
+    'dojo reads JSON lines; convert it, e.g. python -c "import csv,json,sys; '
+    '[print(json.dumps(r)) for r in csv.DictReader(open(sys.argv[1]))]" data.csv > data.jsonl '
+    "(columns instruction,input,output make Alpaca rows)"
+)
+
+
+def looks_like_csv(first_line: str) -> bool:
+    """A header line of comma/tab/semicolon separated names, not JSON."""
+    s = first_line.strip()
+    if not s or s[0] in '{["' or s[0].isdigit():
+        return False
+    for sep in (",", "\t", ";"):
+        cells = [c.strip().strip('"') for c in s.split(sep)]
+        if len(cells) >= 2 and all(re.fullmatch(r"[\w .-]{1,64}", c) for c in cells):
+            return True
+    return False
+
+
+# ---- Parquet -------------------------------------------------------------------------------
+
+
+def check_parquet(path: Path, ref: str, validate: Any = None) -> None:
+    """PAR1 at both ends; with pyarrow: a conversation column and >= 1 valid row among the first
+    SAMPLE_ROWS (``validate(record)`` raises DojoError for a bad one)."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(4)
+        f.seek(max(0, size - 4))
+        tail = f.read(4)
+    if head != PARQUET_MAGIC:
+        what = _sniff_text(path)
+        raise DataError(
+            f"--data {ref} is not a Parquet file (no PAR1 magic at its start{what})",
+            hint="rename it to what it holds (.jsonl for JSON lines), or export the Parquet again",
+        )
+    if size < 12 or tail != PARQUET_MAGIC:
+        raise DataError(
+            f"--data {ref}: the Parquet file is truncated ({size} bytes, no PAR1 footer at its end)",
+            hint="the copy or download stopped early: fetch or export it again",
+        )
+    try:
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    except ImportError:
+        return  # the worker reads it with `datasets`, which needs pyarrow anyway
+    try:
+        pf = pq.ParquetFile(path)
+        names = list(pf.schema_arrow.names)
+        batch = next(pf.iter_batches(batch_size=SAMPLE_ROWS), None)
+        records = [] if batch is None else batch.to_pylist()
+    except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for a corrupt file
+        raise DataError(
+            f"--data {ref}: cannot read the Parquet file ({type(e).__name__}: {e})",
+            hint="the file is damaged: export it again",
+        ) from None
+    if not any(all(c in names for c in cols) for cols in _FORMAT_COLUMNS):
+        raise DataError(
+            f"--data {ref}: Parquet columns {', '.join(names) or '(none)'} hold no conversations",
+            hint="it needs a messages column (OpenAI), conversations (ShareGPT) or "
+            "instruction+output (Alpaca)",
+        )
+    if not records:
+        raise DataError(f"--data {ref}: the Parquet file has no rows")
+    if validate is not None:
+        _first_valid(records, ref, validate)
+
+
+def _first_valid(records: list[Any], ref: str, validate: Any) -> None:
+    from dojo.errors import DojoError
+
+    first_error = ""
+    for i, record in enumerate(records):
+        try:
+            validate(record)
+            return
+        except DojoError as e:
+            first_error = first_error or f"{ref}[{i}]: {e.message}"
+    raise DataError(
+        f"--data {ref}: none of the first {len(records)} rows is a usable conversation; "
+        f"first problem: {first_error}",
+        hint="each row needs messages (OpenAI), conversations (ShareGPT) or instruction/output "
+        "(Alpaca)",
+    )
+
+
+def _sniff_text(path: Path) -> str:
+    """': it looks like JSON lines' and the like, for the refusal."""
+    with path.open("rb") as f:
+        raw = f.read(4096)
+    if not raw.strip():
+        return ": the file is empty"
+    if b"\x00" in raw:
+        return ""
+    text = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
+    first = text.lstrip().split("\n", 1)[0]
+    if first.startswith(("{", "[")):
+        return ": it looks like JSON"
+    if looks_like_csv(first):
+        return ": it looks like CSV"
+    return ": it looks like text"
+
+
+# ---- Hub datasets --------------------------------------------------------------------------
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hf_home() -> Path:
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "huggingface"
+
+
+def cached_dataset(repo_id: str) -> Path | None:
+    """Where `datasets` / huggingface_hub keep ``repo_id`` on this machine, or None.
+
+    datasets' Arrow cache is ``$HF_DATASETS_CACHE/<owner>___<name>/``; the Hub download cache
+    is ``$HF_HUB_CACHE/datasets--<owner>--<name>/snapshots/<rev>/``. Either lets
+    ``load_dataset(id)`` work offline (with HF_DATASETS_OFFLINE=1 / HF_HUB_OFFLINE=1).
+    """
+    owner, name = repo_id.split("/", 1)
+    ds_cache = Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets").expanduser()
+    arrow = ds_cache / f"{owner}___{name}"
+    if arrow.is_dir() and any(arrow.rglob("*.arrow")):
+        return arrow
+    hub_cache = Path(
+        os.environ.get("HF_HUB_CACHE")
+        or os.environ.get("HUGGINGFACE_HUB_CACHE")
+        or hf_home() / "hub"
+    ).expanduser()
+    snaps = hub_cache / f"datasets--{owner}--{name}" / "snapshots"
+    if snaps.is_dir() and any(p.is_file() for p in snaps.rglob("*")):
+        return snaps
+    return None
+
+
+def check_hub_dataset(repo_id: str) -> str:
+    """'cache' | 'hub' where the worker will find ``repo_id``; DataError when it cannot."""
+    if cached_dataset(repo_id) is not None:
+        return "cache"
+    local = (
+        f"download it where the Hub is reachable (huggingface-cli download --repo-type dataset "
+        f"{repo_id}) or export it to a .jsonl file and pass that path"
+    )
+    offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if _truthy(v)]
+    if offline:
+        raise DataError(
+            f"--data {repo_id}: Hub dataset not in the local cache ({hf_home()}) and "
+            f"{offline[0]}=1: the ranks could not download it",
+            hint=local,
+        )
+    status, reason = _probe_hub(repo_id)
+    if status == 200:
+        return "hub"
+    if status in (401, 403):
+        raise DataError(
+            f"--data {repo_id}: the Hub refused the dataset (HTTP {status}: gated or private)",
+            hint=f"set HF_TOKEN to a token with access, or {local}",
+        )
+    if status is not None:
+        raise DataError(
+            f"--data {repo_id}: no such file, and no such dataset on the Hub (HTTP {status})",
+            hint="check the path or the dataset id (owner/name)",
+        )
+    raise DataError(
+        f"--data {repo_id}: Hub dataset not in the local cache and the Hub is unreachable ({reason})",
+        hint=local,
+    )
+
+
+def _probe_hub(repo_id: str) -> tuple[int | None, str]:
+    """(HTTP status, '') or (None, why unreachable) for GET <endpoint>/api/datasets/<id>."""
+    import urllib.error  # here: urllib.request pulls in ssl/http
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    req = urllib.request.Request(
+        f"{endpoint}/api/datasets/{repo_id}", headers={"User-Agent": "dojo-train"}
+    )
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=_HUB_TIMEOUT_S) as resp:  # noqa: S310
+            json.loads(resp.read() or b"{}")
+            return int(resp.status), ""
+    except urllib.error.HTTPError as e:
+        return int(e.code), ""
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as e:
+        return None, str(getattr(e, "reason", e))

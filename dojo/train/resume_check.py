@@ -1,0 +1,126 @@
+"""--resume with other settings than the checkpoint was trained with: refused before launch.
+
+Without this, ``--resume --zero 3`` on a ZeRO-2 checkpoint (or another --method, LoRA rank, model,
+precision or world size) passed preflight, rewrote train.json and died in every rank with a
+DeepSpeed/PEFT traceback while loading. Pure: dicts in, sentences out.
+
+The saved side is the checkpoint marker (``dojo_checkpoint.json``: what that checkpoint was
+trained with, written by the worker's CheckpointMarker) over the run record beside it
+(``train.json``, or the coming ``run.json``); the marker wins where both say something, because
+a later launch may have rewritten the run record. Keys are compared only where both sides have
+them, so older markers and records still resume.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dojo.errors import LaunchError
+
+RESUME_KEYS: dict[str, str] = {
+    "method": "--method",
+    "zero_stage": "--zero",
+    "world_size": "processes",
+    "model": "--model",
+    "lora_r": "--lora-r",
+    "lora_targets": "--lora-targets",
+    "precision_resolved": "--precision",
+    "offload": "--offload",
+    "offload_param": "--offload-param",
+}
+"""Settings that change what a checkpoint holds (shard layout, adapter shapes, dtypes, optimizer
+placement): loading one across a change crashes or silently trains something else."""
+_LORA_ONLY = ("lora_r", "lora_targets")
+RECORD_NAMES = ("run.json", "train.json")
+
+
+def saved_view(record: dict[str, Any]) -> dict[str, Any]:
+    """The RESUME_KEYS of a run record or marker, normalised (model as the path that was used)."""
+    out = {k: record[k] for k in RESUME_KEYS if k in record}
+    if record.get("model_kind") == "local" and record.get("model_path"):
+        out["model"] = str(record["model_path"])  # absolute: the record's --model was relative
+    elif "model" in out and out["model"] is not None:
+        out["model"] = _model_ref(str(out["model"]))
+    if "precision_resolved" not in out and record.get("precision") not in (None, "auto"):
+        out["precision_resolved"] = record["precision"]
+    return out
+
+
+def _model_ref(ref: str) -> str:
+    p = Path(ref).expanduser()
+    return str(p.resolve()) if p.exists() else ref
+
+
+def _show(key: str, value: Any) -> str:
+    if key == "world_size":
+        return f"{value} processes"
+    if key == "model" and value is None:
+        return "the bundled tiny model"
+    return f"{RESUME_KEYS[key]} {value}"
+
+
+def differing(saved: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, saved value, new value) for each RESUME_KEY both sides have and disagree on."""
+    a, b = saved_view(saved), saved_view(new)
+    lora = a.get("method", "lora") != "full" and b.get("method", "lora") != "full"
+    out = []
+    for key in RESUME_KEYS:
+        if key in a and key in b and a[key] != b[key]:
+            if key in _LORA_ONLY and not lora:
+                continue  # a full fine-tune has no adapter: its LoRA defaults mean nothing
+            out.append((key, a[key], b[key]))
+    return out
+
+
+def resume_mismatches(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """One phrase per setting that differs, e.g. 'trained with --zero 2, this run asks --zero 3'."""
+    return [
+        f"trained with {_show(k, old)}, this run asks {_show(k, now)}"
+        for k, old, now in differing(saved, new)
+    ]
+
+
+def checkpoint_meta_mismatch(marker: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """resume_mismatches against a checkpoint's marker (what that checkpoint was trained with)."""
+    return resume_mismatches(marker, new)
+
+
+def read_record(output_dir: str | Path) -> dict[str, Any]:
+    """The run record a previous launch wrote into the run folder ({} when there is none)."""
+    for name in RECORD_NAMES:
+        try:
+            data = json.loads((Path(output_dir) / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def refuse_mismatch(ckpt: Path, output_dir: str | Path, new: dict[str, Any]) -> None:
+    """LaunchError naming every setting that differs and how to continue; nothing if none."""
+    from dojo.train.checkpoints import read_marker
+
+    saved = {**saved_view(read_record(output_dir)), **saved_view(read_marker(ckpt))}
+    diffs = differing(saved, new)
+    if not diffs:
+        return
+    was = " ".join(_show(k, old) for k, old, _ in diffs)
+    now = " ".join(_show(k, new_) for k, _, new_ in diffs)
+    flags = " ".join(_show(k, old) for k, old, _ in diffs if k not in ("world_size", "model"))
+    if any(k == "model" for k, _, _ in diffs):
+        old_model = next(old for k, old, _ in diffs if k == "model")
+        flags = (f"--model {old_model} " if old_model is not None else "no --model ") + flags
+    if any(k == "world_size" for k, _, _ in diffs):
+        n = next(old for k, old, _ in diffs if k == "world_size")
+        flags += f" on {n} GPUs/processes"
+    raise LaunchError(
+        f"--resume: {ckpt.name} was trained with {was}, this run asks {now}",
+        hint=f"rerun with {flags.strip()}, or start a new --output-dir",
+    )
+
+
+def new_run(cfg: dict[str, Any], world_size: int, precision_resolved: str) -> dict[str, Any]:
+    """This run's side for resume_point(new=...): the TrainConfig dict plus what preflight
+    resolved (world size, precision). For preflight.check_resume, until a ResolvedRun exists."""
+    return {**cfg, "world_size": world_size, "precision_resolved": precision_resolved}

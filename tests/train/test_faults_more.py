@@ -1,0 +1,182 @@
+"""Issue 14 through the real launcher: `dojo train --nproc 2` (DeepSpeed runner -> launch -> 2 CPU ranks).
+
+Slow (a few minutes on 2 cores). SIGHUP of dojo train (terminal closed, ssh dropped) and SIGKILL
+of dojo train (nothing of it runs) both end every process of the run within seconds. A trained
+run's real checkpoint markers: a shard truncated in the latest checkpoint makes --resume fall back
+to the previous one (and the resumed run finishes), and its settings refuse a --zero 3 resume.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dojo.errors import LaunchError
+from dojo.train import checkpoints, resume_check
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+GONE_WITHIN_S = 10.0
+ARGS = ["--nproc", "2", "--seq-len", "256", "--micro-batch", "4", "--seed", "7"]
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("DS_ACCELERATOR", "LOCAL_SIZE")}
+
+
+def _start(out: Path, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+    log = out.with_name(out.name + ".log")
+    cmd = [sys.executable, "-m", "dojo", "train", "--output-dir", str(out), *ARGS, *extra]
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=f, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def _run_processes(out: Path) -> dict[int, list[str]]:
+    """pid -> argv of every live process whose command line names this run's folder."""
+    found = {}
+    needle = str(out.resolve())
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(needle in a for a in argv):
+            found[int(proc.name)] = argv
+    return found
+
+
+def _wait_for(pred: Any, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _training(out: Path, log: Path) -> dict[int, list[str]]:
+    """Wait until both ranks train; the run's processes then (supervisor, runner, launch, ranks)."""
+    ranks = lambda: [a for a in _run_processes(out).values() if "dojo.train.worker" in a]  # noqa: E731
+    _wait_for(lambda: len(ranks()) == 2, 300, "both ranks")
+    _wait_for(lambda: "step 2/" in log.read_text(errors="replace"), 300, "training steps")
+    return _run_processes(out)
+
+
+def _stop(sig: int, tmp_path: Path) -> tuple[int, float, dict[int, list[str]], str]:
+    out = tmp_path / "run"
+    proc, log = _start(out, "--max-steps", "100000", "--save-steps", "0")
+    try:
+        before = _training(out, log)
+        before.pop(proc.pid)  # dojo train itself: the rest is what it leaves behind if killed
+        os.kill(proc.pid, sig)
+        t0 = time.monotonic()
+        rc = proc.wait(timeout=60)
+        _wait_for(lambda: not _run_processes(out), GONE_WITHIN_S + 5, "every process to end")
+        gone = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _run_processes(out):  # never leave a training run behind a failed test
+            os.kill(pid, signal.SIGKILL)
+    return rc, gone, before, log.read_text(errors="replace")
+
+
+def test_sighup_stops_every_process(tmp_path: Path) -> None:
+    rc, gone, before, log = _stop(signal.SIGHUP, tmp_path)
+    print(
+        f"\nfaults: SIGHUP of dojo train -> exit {rc}, {len(before)} processes gone in {gone:.1f} s"
+    )
+    assert rc == 130, log[-3000:]
+    assert gone < GONE_WITHIN_S
+    assert "interrupted: every process of the run was stopped" in log
+    states = [json.loads(p.read_text())["status"] for p in (tmp_path / "run/ranks").glob("*.json")]
+    assert states == ["stopped", "stopped"], states  # SIGTERM reached both ranks
+
+
+def test_sigkill_of_dojo_train_leaves_no_orphan(tmp_path: Path) -> None:
+    rc, gone, before, _ = _stop(signal.SIGKILL, tmp_path)
+    kinds = sorted(
+        next((a for a in argv if a.startswith(("dojo.", "deepspeed."))), "?")
+        for argv in before.values()
+    )
+    print(f"\nfaults: SIGKILL of dojo train -> {kinds} all gone in {gone:.1f} s")
+    assert rc == -signal.SIGKILL
+    # The tree it had to end: supervisor, DeepSpeed runner, DeepSpeed launch, two ranks.
+    assert kinds == [
+        "deepspeed.launcher.launch",
+        "deepspeed.launcher.runner",
+        "dojo.train.supervise",
+        "dojo.train.worker",
+        "dojo.train.worker",
+    ], kinds
+    assert gone < GONE_WITHIN_S
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("faults14") / "run"
+    proc, log = _start(out, "--max-steps", "10", "--save-steps", "5", "--save-total-limit", "3")
+    assert proc.wait(timeout=400) == 0, log.read_text(errors="replace")[-4000:]
+    return out
+
+
+def test_real_marker_holds_settings_and_verifies(trained: Path) -> None:
+    marker = checkpoints.read_marker(trained / "checkpoint-10")
+    assert {k: marker[k] for k in ("method", "zero_stage", "world_size", "precision_resolved")} == {
+        "method": "lora",
+        "zero_stage": 2,
+        "world_size": 2,
+        "precision_resolved": "fp32",
+    }
+    assert any("optim_states" in f for f in marker["files"])
+    assert checkpoints.verify(trained / "checkpoint-10") == []
+    new = resume_check.new_run({**marker, "zero_stage": 3}, 2, "fp32")
+    with pytest.raises(LaunchError, match="trained with --zero 2, this run asks --zero 3"):
+        checkpoints.resume_point(trained, 2, new)
+
+
+def test_truncated_shard_resumes_from_the_previous_checkpoint(trained: Path) -> None:
+    shard = next((trained / "checkpoint-10").rglob("*optim_states.pt"))
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    proc, log = _start(trained, "--max-steps", "10", "--save-steps", "5", "--resume")
+    rc = proc.wait(timeout=400)
+    text = log.read_text(errors="replace")
+    assert rc == 0, text[-4000:]
+    assert "warning: --resume: checkpoint-10 is damaged (global_step10/" in text
+    assert f"resuming from {trained.resolve() / 'checkpoint-5'}" in text
+    summary = json.loads((trained / "dojo_summary.json").read_text())
+    assert summary["resumed_from"] == str(trained.resolve() / "checkpoint-5")
+    assert summary["steps"] == 10
+    assert checkpoints.verify(trained / "checkpoint-10") == []  # rewritten whole, new marker
+
+
+def test_sigkill_of_deepspeed_launch_is_a_failure_without_orphans(tmp_path: Path) -> None:
+    """DeepSpeed's runner exits 0 when launch.py dies of a signal; dojo must not say "done"."""
+    out = tmp_path / "run"
+    proc, log = _start(out, "--max-steps", "100000", "--save-steps", "0")
+    try:
+        before = _training(out, log)
+        launch_pid = next(p for p, a in before.items() if "deepspeed.launcher.launch" in a)
+        os.kill(launch_pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        rc = proc.wait(timeout=60)
+        _wait_for(lambda: not _run_processes(out), GONE_WITHIN_S + 5, "every process to end")
+        gone = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _run_processes(out):
+            os.kill(pid, signal.SIGKILL)
+    text = log.read_text(errors="replace")
+    print(f"\nfaults: SIGKILL of deepspeed launch -> exit {rc}, all gone in {gone:.1f} s")
+    assert rc == 1, text[-3000:]
+    assert "error: training failed (launcher exit code 1)" in text
+    assert "done:" not in text
+    assert gone < GONE_WITHIN_S
