@@ -41,7 +41,7 @@ def plan(
     data = run.data or preflight.default_data()
     data_info = preflight.check_data(data)
     preflight.check_output(run, spec, force=force)
-    resume_from = preflight.check_resume(run)
+    resume_from = preflight.check_resume(run, kind)
     est, fit_notes = fit_check(run, spec, machine, force=force)
     notes += fit_notes
     notes.append("data: " + data_info["summary"])

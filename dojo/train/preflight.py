@@ -266,7 +266,11 @@ def check_output(run: ResolvedRun, spec: Any, *, force: bool) -> None:
             )
 
 
-def check_resume(run: ResolvedRun) -> str | None:
+def check_resume(run: ResolvedRun, model_kind: str = "tiny") -> str | None:
+    """The checkpoint to continue from; other settings than it was trained with are refused."""
+    from dojo.train import resume_check
+
     if not run.resume:
         return None
-    return str(checkpoints.resume_point(run.output_dir, run.world_size))
+    new = resume_check.new_run(run, model_kind)
+    return str(checkpoints.resume_point(run.output_dir, run.world_size, new=new))

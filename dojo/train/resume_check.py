@@ -34,8 +34,30 @@ _LORA_ONLY = ("lora_r", "lora_targets")
 RECORD_NAMES = ("run.json", "train.json")
 
 
+def flat(record: dict[str, Any]) -> dict[str, Any]:
+    """A train.json record ({"run": ResolvedRun, "paths": ...}) in the keys markers use."""
+    run = record.get("run")
+    if not isinstance(run, dict):
+        return record  # a marker, or an older flat record
+    paths = record.get("paths") or {}
+    return {
+        "method": run.get("method"),
+        "zero_stage": run.get("zero"),
+        "world_size": int(run.get("gpus_per_node", 1)) * int(run.get("num_nodes", 1)),
+        "model": run.get("model"),
+        "lora_r": run.get("lora_r"),
+        "lora_targets": run.get("lora_targets"),
+        "precision_resolved": run.get("precision"),
+        "offload": run.get("offload_optimizer"),
+        "offload_param": run.get("offload_param"),
+        "model_kind": record.get("model_kind"),
+        "model_path": paths.get("model"),
+    }
+
+
 def saved_view(record: dict[str, Any]) -> dict[str, Any]:
     """The RESUME_KEYS of a run record or marker, normalised (model as the path that was used)."""
+    record = flat(record)
     out = {k: record[k] for k in RESUME_KEYS if k in record}
     if record.get("model_kind") == "local" and record.get("model_path"):
         out["model"] = str(record["model_path"])  # absolute: the record's --model was relative
@@ -120,7 +142,9 @@ def refuse_mismatch(ckpt: Path, output_dir: str | Path, new: dict[str, Any]) -> 
     )
 
 
-def new_run(cfg: dict[str, Any], world_size: int, precision_resolved: str) -> dict[str, Any]:
-    """This run's side for resume_point(new=...): the TrainConfig dict plus what preflight
-    resolved (world size, precision). For preflight.check_resume, until a ResolvedRun exists."""
-    return {**cfg, "world_size": world_size, "precision_resolved": precision_resolved}
+def new_run(run: Any, model_kind: str) -> dict[str, Any]:
+    """This run's side for resume_point(new=...), from its ResolvedRun (what train.json will say)."""
+    model = run.model
+    if model_kind == "local" and model is not None:
+        model = str(Path(model).expanduser().resolve())
+    return flat({"run": run.to_dict(), "model_kind": model_kind, "paths": {"model": model}})

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dojo.errors import LaunchError
-from dojo.train import checkpoints, resume_check
+from dojo.train import checkpoints
 from dojo.train.checkpoints import MARKER, choose_resume, manifest, resume_point, verify
 from dojo.train.resume_check import checkpoint_meta_mismatch, resume_mismatches
 
@@ -154,7 +154,7 @@ def test_refusal_before_anything_is_written(tmp_path: Path) -> None:
     _ckpt(tmp_path, 10)
     (tmp_path / "train.json").write_text(json.dumps(RUN))
     before = sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
-    new = resume_check.new_run({**RUN, "zero_stage": 3, "method": "full"}, 2, "fp32")
+    new = {**RUN, "zero_stage": 3, "method": "full", "world_size": 2, "precision_resolved": "fp32"}
     with pytest.raises(LaunchError) as e:
         resume_point(tmp_path, 2, new)
     assert e.value.message == (
@@ -210,3 +210,17 @@ def test_checkpoint_marker_writes_settings_and_manifest(tmp_path: Path) -> None:
     assert "seq_len" not in marker and marker["step"] == 4
     assert marker["files"][_shard(c).relative_to(c).as_posix()]["size"] == len(b"new shard")
     assert verify(c) == []
+
+
+def test_preflight_compares_the_resolved_run(tmp_path: Path) -> None:
+    """dojo train --resume: this run's ResolvedRun against the checkpoint, before launch."""
+    from dojo.train import preflight
+    from tests.runs import run_of
+
+    _ckpt(tmp_path, 10)
+    (tmp_path / "train.json").write_text(json.dumps(RUN))
+    asked = run_of(output_dir=str(tmp_path), resume=True, method="full", zero=3, gpus_per_node=2)
+    with pytest.raises(LaunchError, match="this run asks --method full --zero 3"):
+        preflight.check_resume(asked)
+    same = run_of(output_dir=str(tmp_path), resume=True, method="lora", zero=2, gpus_per_node=2)
+    assert preflight.check_resume(same) == str(tmp_path / "checkpoint-10")
