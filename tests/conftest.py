@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -66,8 +64,3 @@ def run_cli(*args: str) -> CliResult:
 @pytest.fixture
 def cli():
     return run_cli
-
-
-@pytest.fixture
-def shared_dir() -> Path:
-    return SHARED

@@ -1,6 +1,6 @@
 """GPU and host memory of a DeepSpeed ZeRO fine-tune, term by term (docs/estimate.md).
 
-Model (shared/docs/memory-model.md section 8): GPU peak = static + max(backward extras, optimizer
+Model (docs/memory-model.md section 8): GPU peak = static + max(backward extras, optimizer
 step extras) + fixed overheads. Pure arithmetic on a ModelSpec; no torch, no DeepSpeed.
 Example: ``estimate(resolve_model("7b"), Setup(stage=3, num_gpus=8)).gpu_total_gib``.
 """
