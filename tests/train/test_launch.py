@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dojo.errors import LaunchError
+from dojo.errors import LaunchError, MissingExtraError
 from dojo.gpus import Gpu
 from dojo.train import checkpoints, launch, preflight
 from dojo.train.config import TrainConfig
@@ -100,7 +100,38 @@ def test_devices_resolution() -> None:
         preflight.resolve_devices(TrainConfig(gpus="0", hostfile="h"), H200)
 
 
-def test_qlora_needs_cuda() -> None:
+def _installed(monkeypatch: pytest.MonkeyPatch, *missing: str) -> None:
+    """find_spec as preflight sees it: every module present except `missing`."""
+    monkeypatch.setattr(
+        preflight.importlib.util, "find_spec", lambda n, *a: None if n in missing else object()
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "missing", "named"),
+    [
+        ("full", ("deepspeed",), "deepspeed"),
+        ("lora", ("torch", "peft"), "torch, peft"),
+        ("qlora", ("bitsandbytes",), "bitsandbytes"),
+        ("full", ("peft", "bitsandbytes"), None),  # full fine-tuning needs neither
+    ],
+)
+def test_missing_extra_is_named(
+    monkeypatch: pytest.MonkeyPatch, method: str, missing: tuple[str, ...], named: str | None
+) -> None:
+    _installed(monkeypatch, *missing)
+    cpu = Devices("cpu", (0,))
+    if named is None:
+        preflight.check_extras(TrainConfig(method=method), cpu)
+        return
+    with pytest.raises(MissingExtraError) as e:
+        preflight.check_extras(TrainConfig(method=method), cpu)
+    assert e.value.message == f"dojo train --method {method} needs {named}, not installed"
+    assert e.value.hint == "pip install 'dojo[train]'"
+
+
+def test_qlora_needs_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    _installed(monkeypatch)  # the CUDA check, whatever this machine has installed
     with pytest.raises(LaunchError) as e:
         preflight.check_extras(TrainConfig(method="qlora"), Devices("cpu", (0,)))
     assert e.value.message == (
