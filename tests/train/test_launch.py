@@ -45,6 +45,17 @@ def test_cpu_processes_use_include_and_cpu_accelerator() -> None:
     assert "DS_ACCELERATOR" not in launch.launch_env(Devices("cuda", (0,)), base={})
 
 
+def test_ranks_find_the_tools_next_to_this_interpreter() -> None:
+    # ninja (DeepSpeed's op builds) comes with the train extra into the interpreter's bin folder.
+    bindir = os.path.dirname(sys.executable)
+    for kind in ("cpu", "cuda"):
+        env = launch.launch_env(Devices(kind, (0,)), base={"PATH": "/usr/bin:/bin"})
+        assert env["PATH"] == f"{bindir}:/usr/bin:/bin"
+    assert launch.launch_env(Devices("cpu", (0,)), base={})["PATH"] == bindir
+    already = f"/bin:{bindir}"
+    assert launch.launch_env(Devices("cpu", (0,)), base={"PATH": already})["PATH"] == already
+
+
 def test_hostfile_multinode() -> None:
     cfg = TrainConfig(hostfile="/etc/hosts file", num_nodes=2, master_addr="10.0.0.1")
     argv = cmd(cfg, Devices("cuda", ()))
