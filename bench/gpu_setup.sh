@@ -1,5 +1,5 @@
 # Source this on the lent GPU machine (see docs/benchmarks.md): installs the carried wheels from .whl
-# (made by ../shared/tools/gpu-wheels.sh + liger-kernel) into /tmp/site and puts dojo on PYTHONPATH.
+# (made by bench/gpu-wheels.sh, liger-kernel included) into /tmp/site and puts dojo on PYTHONPATH.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
 export PYTHONPATH=/tmp/site:$PWD
 export PYTHONUNBUFFERED=1

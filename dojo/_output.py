@@ -36,9 +36,5 @@ def stdout_is_tty() -> bool:
     return sys.stdout.isatty()
 
 
-def stderr_is_tty() -> bool:
-    return sys.stderr.isatty()
-
-
 def _one_line(text: str) -> str:
     return " ".join(text.split())

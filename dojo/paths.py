@@ -24,14 +24,3 @@ def list_templates(kind: str, suffix: str) -> list[str]:
 
 def close_names(name: str, names: list[str], n: int = 3) -> list[str]:
     return difflib.get_close_matches(name, names, n=n, cutoff=0.5)
-
-
-def find_template(kind: str, name: str, suffix: str, *, flag: str) -> Path:
-    """Path of a bundled template, or an error that lists the close names."""
-    path = templates_dir() / kind / f"{name}{suffix}"
-    if path.is_file():
-        return path
-    names = list_templates(kind, suffix)
-    close = close_names(name, names)
-    hint = f"did you mean {', '.join(close)}?" if close else f"available: {', '.join(names)}"
-    raise DojoError(f"{flag}: unknown {kind} template {name!r}", hint=hint)

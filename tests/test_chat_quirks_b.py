@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_chat_templates_public import CASES as PUBLIC_CASES
 
 from dojo.chat.template import render
 from dojo.errors import TemplateError
@@ -63,21 +64,16 @@ UNICODE = [s(""), u("héllo 世界 🙂"), a("")]
 TWO_USERS = [u("first"), u("second")]
 
 
-def _public_sha(shared_dir: Path) -> dict[str, str]:
-    path = shared_dir / "chat-templates" / "expected-public.json"
-    if not path.is_file():
-        pytest.skip(f"{path} not present")
-    cases = json.loads(path.read_text(encoding="utf-8"))
-    return {c["template"]: c["template_sha256"] for c in cases}
+PUBLIC_SHA = {c["template"]: c["template_sha256"] for c in PUBLIC_CASES}
 
 
 @pytest.mark.parametrize("name", MINE)
-def test_official_flag_matches_public_sha(name: str, shared_dir: Path) -> None:
+def test_official_flag_matches_public_sha(name: str) -> None:
     # "official": true claims the file is the Hub string byte-for-byte; the public cases carry
     # the sha256 of that string, so the claim is checked, and no trailing newline crept in.
     side = json.loads((CHAT_DIR / f"{name}.json").read_text(encoding="utf-8"))
     data = (CHAT_DIR / f"{name}.jinja").read_bytes()
-    assert (hashlib.sha256(data).hexdigest() == _public_sha(shared_dir)[name]) is side["official"]
+    assert (hashlib.sha256(data).hexdigest() == PUBLIC_SHA[name]) is side["official"]
     assert not data.endswith(b"\n")
 
 

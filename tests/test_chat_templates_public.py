@@ -9,9 +9,10 @@ import pytest
 from dojo.chat.template import bundled_names, load_template, render
 from dojo.errors import TemplateError
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
 CHAT = Path(__file__).resolve().parent.parent / "templates" / "chat"
-CASES = json.loads((SHARED / "chat-templates" / "expected-public.json").read_text(encoding="utf-8"))
+# Hugging Face's own renderings of the official templates (provenance: tests/data/README.md).
+PUBLIC_CASES = Path(__file__).resolve().parent / "data" / "chat-templates-expected-public.json"
+CASES = json.loads(PUBLIC_CASES.read_text(encoding="utf-8"))
 SIDECAR_KEYS = {
     "family",
     "model",

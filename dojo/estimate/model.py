@@ -1,12 +1,11 @@
 """GPU and host memory of a DeepSpeed ZeRO fine-tune, term by term (docs/estimate.md).
 
-Model (shared/docs/memory-model.md section 8): GPU peak = static + max(backward extras, optimizer
+Model (docs/memory-model.md section 8): GPU peak = static + max(backward extras, optimizer
 step extras) + fixed overheads. Pure arithmetic on a ModelSpec; no torch, no DeepSpeed.
 Example: ``estimate(resolve_model("7b"), Setup(stage=3, num_gpus=8)).gpu_total_gib``.
 """
 
 import math
-from dataclasses import replace
 
 from dojo.errors import EstimateError
 from dojo.estimate.result import GIB as GIB
@@ -138,13 +137,6 @@ def validate(setup: Setup) -> None:
     for ok, message, hint in checks:
         if not ok:
             raise EstimateError(message, hint=hint)
-
-
-def with_stage(setup: Setup, stage: int) -> Setup:
-    """The same setup at another stage (offload flags that cannot apply there are dropped)."""
-    param = setup.offload_param if stage == 3 else "none"
-    opt = setup.offload_optimizer if stage >= 1 else "none"
-    return replace(setup, stage=stage, offload_param=param, offload_optimizer=opt)
 
 
 def _ceil_pow2(n: int) -> int:

@@ -60,6 +60,14 @@ def launch_env(devices: Devices, base: dict[str, str] | None = None) -> dict[str
         # fight over the cores (oversubscription makes a 30 s run take minutes).
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // devices.world_size)))
     env.setdefault("PYTHONUNBUFFERED", "1")  # progress lines appear as they happen
+    # DeepSpeed builds its ops on first use (on CPU, deepspeed_shm_comm, in every run) through
+    # `ninja`, found on PATH. The ninja wheel of the train extra sits next to this interpreter,
+    # which a venv run without `activate` (`.venv/bin/dojo`, `make demo`) does not put on PATH:
+    # the ranks would stop at "Ninja is required to load C++ extensions" on a machine without it.
+    bindir = os.path.dirname(sys.executable)
+    path = env.get("PATH", "")
+    if bindir and bindir not in path.split(os.pathsep):
+        env["PATH"] = os.pathsep.join([bindir, path]) if path else bindir
     return env
 
 

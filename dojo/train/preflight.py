@@ -140,6 +140,12 @@ def check_extras(method: str, devices: Devices, *, dry_run: bool = False) -> Non
             f"dojo train --method {method} needs {', '.join(missing)}, not installed",
             hint="pip install 'dojo[train]'",
         )
+    if devices.kind == "cpu" and not dry_run:
+        from dojo.train.toolchain import cpu_compiler_error
+
+        err = cpu_compiler_error()
+        if err is not None:
+            raise err
     if method == "qlora" and devices.kind != "cuda":
         raise LaunchError(
             "--method qlora needs an NVIDIA GPU: bitsandbytes 4-bit kernels do not run on the CPU",

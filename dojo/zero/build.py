@@ -29,15 +29,6 @@ MAX_REUSE_DISTANCE = 1_000_000_000
 NVME_PARAM_BUFFER = 100_000_000
 """offload_param.buffer_size default (elements); raised to the largest param when known."""
 
-# transformers trainer_config_finalize: reduce_bucket_size = h*h, prefetch = int(0.9*h*h),
-# persistence = 10*h. Only these three bucket keys are filled from the model; everything else
-# "auto" comes from TrainingArguments.
-AUTO_HIDDEN_KEYS = (
-    "reduce_bucket_size",
-    "stage3_prefetch_bucket_size",
-    "stage3_param_persistence_threshold",
-)
-
 # fp16 dynamic loss scaling as in the HF and DeepSpeed examples (loss_scale 0 = dynamic).
 _FP16_SCALING = {
     "loss_scale": 0,
@@ -242,6 +233,9 @@ def _zero_section(cfg: ZeroConfig) -> dict[str, Any]:
         "overlap_comm": cfg.overlap_comm,
         "contiguous_gradients": True,
         "sub_group_size": SUB_GROUP_SIZE,
+        # transformers trainer_config_finalize: reduce_bucket_size = h*h, prefetch = int(0.9*h*h),
+        # persistence = 10*h. Only these three bucket keys are filled from the model; everything
+        # else "auto" comes from TrainingArguments.
         "reduce_bucket_size": _auto_or(reduce),
         "stage3_prefetch_bucket_size": _auto_or(max(1, int(0.9 * h * h)) if h else None),
         "stage3_param_persistence_threshold": _auto_or(10 * h if h else None),

@@ -5,6 +5,7 @@ transformers import); the slow ones repeat the key checks with transformers' Aut
 real Hub-style tokenizers (one that adds a BOS) to prove the same ids and labels.
 """
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,12 @@ from dojo.train._demo_data import bundled_path, make, render_jsonl
 from dojo.train.rows import RowsReport
 from dojo.train.worker.examples import DataReport, build_examples, load_rows, mask_labels
 from dojo.train.worker.packing import IGNORE
+
+# The fast tests tokenize with `tokenizers` (in the train extra, through transformers).
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("tokenizers") is None,
+    reason="needs the train extra (tokenizers): pip install 'dojo[train]'",
+)
 
 CHAT = [
     {"role": "system", "content": "Be brief."},

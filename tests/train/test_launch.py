@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dojo.errors import ConfigError, LaunchError
+from dojo.errors import ConfigError, LaunchError, MissingExtraError
 from dojo.gpus import Gpu
 from dojo.run.resolved import ResolvedRun
 from dojo.train import checkpoints, launch, preflight
@@ -44,6 +44,17 @@ def test_cpu_processes_use_include_and_cpu_accelerator() -> None:
     assert env["DS_ACCELERATOR"] == "cpu" and env["LOCAL_SIZE"] == "2"
     assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
     assert "DS_ACCELERATOR" not in launch.launch_env(Devices("cuda", (0,)), base={})
+
+
+def test_ranks_find_the_tools_next_to_this_interpreter() -> None:
+    # ninja (DeepSpeed's op builds) comes with the train extra into the interpreter's bin folder.
+    bindir = os.path.dirname(sys.executable)
+    for kind in ("cpu", "cuda"):
+        env = launch.launch_env(Devices(kind, (0,)), base={"PATH": "/usr/bin:/bin"})
+        assert env["PATH"] == f"{bindir}:/usr/bin:/bin"
+    assert launch.launch_env(Devices("cpu", (0,)), base={})["PATH"] == bindir
+    already = f"/bin:{bindir}"
+    assert launch.launch_env(Devices("cpu", (0,)), base={"PATH": already})["PATH"] == already
 
 
 def test_hostfile_multinode() -> None:
@@ -103,7 +114,38 @@ def test_devices_resolution() -> None:
         preflight.place(values(gpus="0", hostfile="h"), H200, dry_run=False)[1]
 
 
-def test_qlora_needs_cuda() -> None:
+def _installed(monkeypatch: pytest.MonkeyPatch, *missing: str) -> None:
+    """find_spec as preflight sees it: every module present except `missing`."""
+    monkeypatch.setattr(
+        preflight.importlib.util, "find_spec", lambda n, *a: None if n in missing else object()
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "missing", "named"),
+    [
+        ("full", ("deepspeed",), "deepspeed"),
+        ("lora", ("torch", "peft"), "torch, peft"),
+        ("qlora", ("bitsandbytes",), "bitsandbytes"),
+        ("full", ("peft", "bitsandbytes"), None),  # full fine-tuning needs neither
+    ],
+)
+def test_missing_extra_is_named(
+    monkeypatch: pytest.MonkeyPatch, method: str, missing: tuple[str, ...], named: str | None
+) -> None:
+    _installed(monkeypatch, *missing)
+    cpu = Devices("cpu", (0,))
+    if named is None:
+        preflight.check_extras(method, cpu)
+        return
+    with pytest.raises(MissingExtraError) as e:
+        preflight.check_extras(method, cpu)
+    assert e.value.message == f"dojo train --method {method} needs {named}, not installed"
+    assert e.value.hint == "pip install 'dojo[train]'"
+
+
+def test_qlora_needs_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    _installed(monkeypatch)  # the CUDA check, whatever this machine has installed
     with pytest.raises(LaunchError) as e:
         preflight.check_extras("qlora", Devices("cpu", (0,)))
     assert e.value.message == (

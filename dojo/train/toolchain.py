@@ -1,0 +1,49 @@
+"""The one system tool a CPU run needs: a C++ compiler for DeepSpeed's shared-memory op.
+
+Every rank on DeepSpeed's CPU accelerator loads ``deepspeed_shm_comm`` (deepspeed/comm/torch.py,
+``TorchBackend.__init__``), which torch's cpp_extension compiles on first use with ``$CXX`` or
+``c++`` and caches under ``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions/py<XY>_<accel>/``.
+Without a compiler and without that cache every rank dies with a long ninja traceback after the
+model is loaded; this check says it in one line before anything starts. Nothing is imported.
+"""
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from dojo.errors import LaunchError
+
+OP = "deepspeed_shm_comm"
+
+
+def _cached(env: Mapping[str, str], home: Path) -> bool:
+    """A built op is already there: torch loads it without compiling."""
+    root = env.get("TORCH_EXTENSIONS_DIR")
+    if root:
+        return (Path(root) / OP / f"{OP}.so").is_file()
+    cache = Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "torch_extensions"
+    py = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_*"
+    return any(cache.glob(f"{py}/{OP}/{OP}.so"))
+
+
+def cpu_compiler_error(
+    env: Mapping[str, str] | None = None, home: Path | None = None
+) -> LaunchError | None:
+    """The error to raise before a run on CPU processes, or None when the op can be built or loaded.
+
+    Call it only for CPU devices (``Devices.kind == "cpu"``): the CUDA accelerator does not build
+    this op at start-up.
+    """
+    env = os.environ if env is None else env
+    cxx = env.get("CXX") or "c++"
+    if shutil.which(cxx, path=env.get("PATH", "")) is not None:
+        return None
+    if _cached(env, Path.home() if home is None else home):
+        return None
+    return LaunchError(
+        f"training on CPU processes needs a C++ compiler: {cxx!r} is not on PATH (DeepSpeed "
+        f"compiles its {OP} op with it on first use)",
+        hint="install g++ and the Python headers (Debian/Ubuntu: apt-get install g++ python3-dev)",
+    )

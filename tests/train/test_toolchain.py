@@ -1,0 +1,66 @@
+"""dojo.train.toolchain: a CPU run without a C++ compiler is refused in one line, before launch."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dojo.errors import LaunchError
+from dojo.train.toolchain import OP, cpu_compiler_error
+
+
+def _exe(folder: Path, name: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / name
+    p.write_text("#!/bin/sh\n")
+    p.chmod(0o755)
+
+
+def _so(folder: Path) -> None:
+    (folder / OP).mkdir(parents=True)
+    (folder / OP / f"{OP}.so").write_bytes(b"\x7fELF")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+def test_compiler_on_path_is_enough(tmp_path: Path, home: Path) -> None:
+    _exe(tmp_path / "bin", "c++")
+    assert cpu_compiler_error({"PATH": str(tmp_path / "bin")}, home) is None
+
+
+def test_cxx_names_the_compiler(tmp_path: Path, home: Path) -> None:
+    _exe(tmp_path / "bin", "g++-12")
+    env = {"PATH": str(tmp_path / "bin"), "CXX": "g++-12"}
+    assert cpu_compiler_error(env, home) is None
+    err = cpu_compiler_error({**env, "CXX": "clang++"}, home)
+    assert isinstance(err, LaunchError) and "'clang++' is not on PATH" in err.message
+
+
+def test_no_compiler_no_cache_is_one_clear_error(tmp_path: Path, home: Path) -> None:
+    err = cpu_compiler_error({"PATH": str(tmp_path / "empty")}, home)
+    assert isinstance(err, LaunchError)
+    assert err.message == (
+        "training on CPU processes needs a C++ compiler: 'c++' is not on PATH (DeepSpeed "
+        f"compiles its {OP} op with it on first use)"
+    )
+    assert err.hint is not None and "g++" in err.hint and "python3-dev" in err.hint
+
+
+def test_a_built_op_needs_no_compiler(tmp_path: Path, home: Path) -> None:
+    env = {"PATH": str(tmp_path / "empty"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    assert cpu_compiler_error(env, home) is not None
+    _so(tmp_path / "ext")
+    assert cpu_compiler_error(env, home) is None
+    # The default cache: ~/.cache/torch_extensions/py<XY>_<accelerator>/ (or $XDG_CACHE_HOME).
+    py = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+    bare = {"PATH": str(tmp_path / "empty")}
+    assert cpu_compiler_error(bare, home) is not None
+    _so(home / ".cache" / "torch_extensions" / f"{py}_cpu")
+    assert cpu_compiler_error(bare, home) is None
+    xdg = {**bare, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert cpu_compiler_error(xdg, home) is not None
+    _so(tmp_path / "xdg" / "torch_extensions" / f"{py}_cu130")
+    assert cpu_compiler_error(xdg, home) is None
