@@ -1,0 +1,417 @@
+"""JSON and YAML from users' files, with limits: hostile input gives one clear error, never a hang.
+
+``json``/``yaml`` alone accept what later breaks us: 5,000 nested brackets (RecursionError),
+a 420-byte YAML "billion laughs" (10^9 nodes once anything walks it), duplicate keys (the last one
+silently wins), NaN and ``1e400`` (inf) as sizes, Latin-1 bytes (UnicodeDecodeError), a FIFO given
+as a file (open() blocks forever). Here each of those is a :class:`LoadError` naming the file.
+
+    load_json(Path("ds.json"), what="--check 'ds.json'")
+    load_json(line, what="--data rows.jsonl:3")        # one JSON-lines line is just text
+    load_yaml(Path("run.yaml"), what="--config 'run.yaml'")
+"""
+
+import math
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from dojo.errors import DojoError
+
+MAX_DEPTH = 64
+"""Nesting (objects/arrays/mappings/sequences) allowed; real configs and chat rows use < 10."""
+MAX_YAML_NODES = 10_000
+"""Nodes a YAML document may expand to with its aliases counted each time they are used."""
+MAX_YAML_ALIAS_CHARS = 1_000_000
+"""Scalar characters a YAML document may expand to through aliases (1 MB of text)."""
+SHOWN = 60
+"""Longest value echoed back in a message: a 1 MB key must not become a 1 MB error line."""
+
+Source = str | bytes | Path
+
+
+class LoadError(DojoError):
+    """A file or text that is not acceptable JSON/YAML. ``reason`` is a short tag for callers
+    (syntax, duplicate, depth, nonfinite, aliases, encoding, file); line/column are 1-based."""
+
+    def __init__(
+        self,
+        message: str,
+        hint: str | None = None,
+        *,
+        reason: str,
+        detail: str = "",
+        line: int = 0,
+        column: int = 0,
+    ) -> None:
+        super().__init__(message, hint)
+        self.reason = reason
+        self.detail = detail
+        self.line = line
+        self.column = column
+
+
+def shorten(value: object, limit: int = SHOWN) -> str:
+    """repr() of a value, cut to ``limit`` characters with an ellipsis."""
+    return clip(repr(value), limit)
+
+
+def clip(text: str, limit: int = SHOWN) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------- reading files
+
+
+def read_text(path: Path, *, what: str, max_bytes: int | None = None) -> str:
+    """UTF-8 text of a regular file. stat() comes before open(): a FIFO, a device, a folder or a
+    symlink loop is named as such instead of blocking or reading forever."""
+    hint = "give the path of a regular text file"
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise LoadError(f"{what}: no such file", hint, reason="file") from None
+    except OSError as e:  # ELOOP, EACCES, ENAMETOOLONG...
+        raise LoadError(f"{what}: cannot read it ({e.strerror})", hint, reason="file") from None
+    kind = _kind(st.st_mode)
+    if kind != "file":
+        raise LoadError(f"{what} is {kind}, not a regular file", hint, reason="file")
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise LoadError(
+            f"{what} is {st.st_size:,} bytes; more than {max_bytes:,} is not a real one",
+            hint,
+            reason="file",
+        )
+    try:
+        # O_NONBLOCK: if the path was swapped for a FIFO after stat(), open() still returns.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise LoadError(f"{what} is not a regular file", hint, reason="file")
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    except OSError as e:
+        raise LoadError(f"{what}: cannot read it ({e.strerror})", hint, reason="file") from None
+    return decode(data, what=what)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
+def decode(data: bytes, *, what: str) -> str:
+    """UTF-8 (a leading BOM is dropped); anything else names the first bad byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise LoadError(
+            f"{what} is not UTF-8 text (byte 0x{data[e.start]:02x} on line {line})",
+            hint="save it as UTF-8, e.g. iconv -f latin1 -t utf-8 IN > OUT",
+            reason="encoding",
+            line=line,
+        ) from None
+
+
+def _text(source: Source, what: str, max_bytes: int | None) -> str:
+    if isinstance(source, Path):
+        return read_text(source, what=what, max_bytes=max_bytes)
+    if isinstance(source, bytes):
+        return decode(source, what=what)
+    return source
+
+
+# ---------------------------------------------------------------- JSON
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_PAIR = re.compile(r"\{\}|\[\]")
+
+
+def json_depth_exceeds(text: str, max_depth: int) -> bool:
+    """True when valid JSON ``text`` nests deeper than ``max_depth``. Runs at C speed: strings
+    are cut out, only brackets kept, then innermost pairs removed once per level."""
+    if text.count("[") + text.count("{") <= max_depth:
+        return False
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    for _ in range(max_depth):
+        brackets, n = _PAIR.subn("", brackets)
+        if not brackets or n == 0:
+            break
+    return bool(brackets)
+
+
+def load_json(
+    source: Source,
+    *,
+    what: str,
+    finite: bool = True,
+    max_depth: int = MAX_DEPTH,
+    max_bytes: int | None = None,
+) -> Any:
+    """Parse one JSON document (a str is the text itself, a Path a file to read)."""
+    text = _text(source, what, max_bytes)
+    import json
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise _Duplicate(key)
+            out[key] = value
+        return out
+
+    def number(s: str) -> float:
+        value = float(s)
+        if finite and not math.isfinite(value):
+            raise _NonFinite(s)
+        return value
+
+    def constant(s: str) -> float:
+        if finite:
+            raise _NonFinite(s)
+        return float(s)
+
+    try:
+        data = json.loads(
+            text, object_pairs_hook=pairs, parse_float=number, parse_constant=constant
+        )
+    except json.JSONDecodeError as e:
+        raise LoadError(
+            f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
+            hint="fix the JSON syntax (a trailing comma or a missing quote?)",
+            reason="syntax",
+            detail=e.msg,
+            line=e.lineno,
+            column=e.colno,
+        ) from None
+    except _Duplicate as e:
+        raise LoadError(
+            f"{what} has the key {shorten(e.args[0])} twice in one object",
+            hint="keep one; JSON readers silently use the last and drop the other",
+            reason="duplicate",
+        ) from None
+    except _NonFinite as e:
+        raise _nonfinite(what, e.args[0]) from None
+    except RecursionError:
+        raise _too_deep(what, max_depth) from None
+    except ValueError as e:  # an integer literal of more than 4300 digits
+        raise LoadError(
+            f"{what} holds a number that is too long ({clip(str(e))})",
+            hint="numbers in a config are at most a few digits long",
+            reason="number",
+        ) from None
+    if json_depth_exceeds(text, max_depth):
+        raise _too_deep(what, max_depth)
+    return data
+
+
+class _Duplicate(Exception):
+    pass
+
+
+class _NonFinite(Exception):
+    pass
+
+
+def _nonfinite(what: str, literal: str) -> LoadError:
+    return LoadError(
+        f"{what} holds the non-finite number {shorten(literal)}",
+        hint="use a finite number; NaN, Infinity and values past 1.8e308 are not sizes",
+        reason="nonfinite",
+    )
+
+
+def _too_deep(what: str, max_depth: int) -> LoadError:
+    return LoadError(
+        f"{what} nests deeper than {max_depth} levels",
+        hint="real configs nest a few levels; this looks generated or hostile",
+        reason="depth",
+    )
+
+
+# ---------------------------------------------------------------- YAML
+
+
+def load_yaml(
+    source: Source,
+    *,
+    what: str,
+    finite: bool = True,
+    max_depth: int = MAX_DEPTH,
+    max_nodes: int = MAX_YAML_NODES,
+    max_alias_chars: int = MAX_YAML_ALIAS_CHARS,
+    max_bytes: int | None = None,
+) -> Any:
+    """Parse one YAML document with yaml.SafeLoader, plus depth, alias and duplicate-key limits."""
+    text = _text(source, what, max_bytes)
+    import yaml
+
+    loader = _safe_loader(max_depth, finite)(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:  # empty document
+            return None
+        _measure(node, max_depth=max_depth, max_nodes=max_nodes, max_chars=max_alias_chars)
+        return loader.construct_document(node)
+    except _YamlLimit as e:
+        raise LoadError(
+            f"{what}: {e.args[0]} (line {e.line})", hint=e.hint, reason=e.reason, line=e.line
+        ) from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
+        where = f" (line {line}, column {col})" if mark is not None else ""
+        raise LoadError(
+            f"{what}: malformed YAML{where}: {clip(e.problem or e.context or '', 80)}",
+            hint="fix the YAML syntax (key: value, one per line)",
+            reason="syntax",
+            detail=str(e.problem or ""),
+            line=line,
+            column=col,
+        ) from None
+    except (yaml.YAMLError, RecursionError, ValueError) as e:
+        raise LoadError(
+            f"{what}: malformed YAML ({clip(str(e))})",
+            hint="fix the YAML syntax (key: value, one per line)",
+            reason="syntax",
+        ) from None
+    finally:
+        loader.dispose()
+
+
+class _YamlLimit(Exception):
+    def __init__(self, message: str, mark: Any, reason: str, hint: str) -> None:
+        super().__init__(message)
+        self.line = mark.line + 1 if mark is not None else 0
+        self.reason = reason
+        self.hint = hint
+
+
+def _safe_loader(max_depth: int, finite: bool) -> Any:
+    """A yaml.SafeLoader subclass that counts nesting while composing and refuses duplicate
+    keys and non-finite floats while constructing."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        _depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            # Checked before recursing: the composer recurses once per level.
+            self._depth += 1
+            try:
+                if self._depth > max_depth:
+                    raise _YamlLimit(
+                        f"nests deeper than {max_depth} levels",
+                        self.peek_event().start_mark,
+                        "depth",
+                        "real configs nest a few levels; this looks generated or hostile",
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: list[Any] = []
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue  # `<<: *base` then overriding a key is the point of merges
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        dup = key in seen
+                    except TypeError:  # unhashable key: the base class reports it
+                        dup = False
+                    if dup:
+                        raise _YamlLimit(
+                            f"has the key {shorten(key)} twice in one mapping",
+                            key_node.start_mark,
+                            "duplicate",
+                            "keep one; YAML readers silently use the last and drop the other",
+                        )
+                    seen.append(key)
+            return super().construct_mapping(node, deep)
+
+        def construct_yaml_float(self, node: Any) -> float:
+            value: float = super().construct_yaml_float(node)
+            if finite and not math.isfinite(value):
+                raise _YamlLimit(
+                    f"holds the non-finite number {shorten(node.value)}",
+                    node.start_mark,
+                    "nonfinite",
+                    "use a finite number; .nan, .inf and values past 1.8e308 are not sizes",
+                )
+            return value
+
+    Loader.add_constructor("tag:yaml.org,2002:float", Loader.construct_yaml_float)
+    return Loader
+
+
+def _measure(root: Any, *, max_depth: int, max_nodes: int, max_chars: int) -> None:
+    """Refuse a node graph that expands past the budgets once aliases are followed, or that
+    refers to itself. Iterative, memoised per node: a billion laughs costs ~30 steps here."""
+    import yaml
+
+    memo: dict[int, tuple[int, int, int]] = {}  # id -> (nodes, scalar chars, depth) expanded
+    visiting: set[int] = set()  # the nodes on the current path (ancestors)
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if isinstance(node, yaml.ScalarNode):
+            kids: list[Any] = []
+        elif isinstance(node, yaml.MappingNode):
+            kids = [n for pair in node.value for n in pair]
+        else:
+            kids = list(node.value)
+        if not done:
+            if key in memo:
+                continue
+            if key in visiting:
+                raise _YamlLimit(
+                    "refers to itself through an alias",
+                    node.start_mark,
+                    "aliases",
+                    "a config cannot contain itself; remove the alias",
+                )
+            visiting.add(key)
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in memo)
+            continue
+        visiting.discard(key)
+        if isinstance(node, yaml.ScalarNode):
+            memo[key] = (1, len(node.value), 0)
+        else:
+            stats = [memo[id(k)] for k in kids]
+            memo[key] = (
+                1 + sum(s[0] for s in stats),
+                sum(s[1] for s in stats),
+                1 + max((s[2] for s in stats), default=0),
+            )
+        nodes, chars, depth = memo[key]
+        if nodes > max_nodes or chars > max_chars:
+            raise _YamlLimit(
+                f"expands to more than {max_nodes:,} nodes or {max_chars:,} characters "
+                "through its aliases (a YAML bomb?)",
+                node.start_mark,
+                "aliases",
+                "write the values out; a config needs no aliases that multiply",
+            )
+        if depth > max_depth:
+            raise _YamlLimit(
+                f"nests deeper than {max_depth} levels through its aliases",
+                node.start_mark,
+                "depth",
+                "real configs nest a few levels; this looks generated or hostile",
+            )
