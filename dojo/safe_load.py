@@ -77,10 +77,10 @@ def read_text(path: Path, *, what: str, max_bytes: int | None = None) -> str:
         raise LoadError(f"{what}: cannot read it ({e.strerror})", hint, reason="file") from None
     kind = _kind(st.st_mode)
     if kind != "file":
-        raise LoadError(f"{what} is {kind}, not a regular file", hint, reason="file")
+        raise LoadError(f"{what}: is {kind}, not a regular file", hint, reason="file")
     if max_bytes is not None and st.st_size > max_bytes:
         raise LoadError(
-            f"{what} is {st.st_size:,} bytes; more than {max_bytes:,} is not a real one",
+            f"{what}: is {st.st_size:,} bytes; more than {max_bytes:,} is not a real one",
             hint,
             reason="file",
         )
@@ -89,7 +89,7 @@ def read_text(path: Path, *, what: str, max_bytes: int | None = None) -> str:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise LoadError(f"{what} is not a regular file", hint, reason="file")
+                raise LoadError(f"{what}: is not a regular file", hint, reason="file")
             data = f.read() if max_bytes is None else f.read(max_bytes + 1)
     except OSError as e:
         raise LoadError(f"{what}: cannot read it ({e.strerror})", hint, reason="file") from None
@@ -128,6 +128,10 @@ def _text(source: Source, what: str, max_bytes: int | None) -> str:
     if isinstance(source, Path):
         return read_text(source, what=what, max_bytes=max_bytes)
     if isinstance(source, bytes):
+        if max_bytes is not None and len(source) > max_bytes:
+            raise LoadError(
+                f"{what}: more than {max_bytes:,} bytes", "is it the right file?", reason="file"
+            )
         return decode(source, what=what)
     return source
 
