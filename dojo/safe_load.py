@@ -168,23 +168,29 @@ def load_json(
     text = _text(source, what, max_bytes)
     import json
 
+    bad: list[_Bad] = []  # non-finite literals seen, in order; each learns its key if it has one
+
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in items:
             if key in out:
                 raise _Duplicate(key)
+            if isinstance(value, _Bad) and not value.key:
+                value.key = key
             out[key] = value
         return out
 
     def number(s: str) -> float:
         value = float(s)
         if finite and not math.isfinite(value):
-            raise _NonFinite(s)
+            bad.append(_Bad(value, s))
+            return bad[-1]
         return value
 
     def constant(s: str) -> float:
         if finite:
-            raise _NonFinite(s)
+            bad.append(_Bad(float(s), s))
+            return bad[-1]
         return float(s)
 
     try:
@@ -206,8 +212,6 @@ def load_json(
             hint="keep one; JSON readers silently use the last and drop the other",
             reason="duplicate",
         ) from None
-    except _NonFinite as e:
-        raise _nonfinite(what, e.args[0]) from None
     except RecursionError:
         raise _too_deep(what, max_depth) from None
     except ValueError as e:  # an integer literal of more than 4300 digits
@@ -216,6 +220,9 @@ def load_json(
             hint="numbers in a config are at most a few digits long",
             reason="number",
         ) from None
+    if bad:
+        key = f" (key {shorten(bad[0].key)})" if bad[0].key else ""
+        raise _nonfinite(what, bad[0].literal, key)
     if json_depth_exceeds(text, max_depth):
         raise _too_deep(what, max_depth)
     return data
@@ -225,13 +232,20 @@ class _Duplicate(Exception):
     pass
 
 
-class _NonFinite(Exception):
-    pass
+class _Bad(float):
+    """Stands in for a non-finite number until parsing ends, to name its key in the error."""
+
+    def __new__(cls, value: float, literal: str) -> "_Bad":
+        return super().__new__(cls, value)
+
+    def __init__(self, value: float, literal: str) -> None:
+        self.literal = literal
+        self.key = ""
 
 
-def _nonfinite(what: str, literal: str) -> LoadError:
+def _nonfinite(what: str, literal: str, key: str = "") -> LoadError:
     return LoadError(
-        f"{what} holds the non-finite number {shorten(literal)}",
+        f"{what} holds the non-finite number {shorten(literal)}{key}",
         hint="use a finite number; NaN, Infinity and values past 1.8e308 are not sizes",
         reason="nonfinite",
     )
