@@ -216,12 +216,14 @@ class ModelSpec:
         return total
 
 
-def from_hf_config(config: dict[str, Any], name: str, source: str = "config.json") -> ModelSpec:
+def from_hf_config(
+    config: dict[str, Any], name: str, source: str = "config.json", *, ref: str | None = None
+) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json dict (text_config nesting handled).
-    Every field read is checked; ``source`` names the file in error messages."""
+    Every field read is checked; errors name ``ref`` (what --model got) and ``source`` (the file)."""
     from dojo.hf_config import spec_fields
 
-    return ModelSpec(name=name, **spec_fields(config, name, source))
+    return ModelSpec(name=name, **spec_fields(config, ref or name, source))
 
 
 def known_names() -> list[str]:
@@ -270,7 +272,7 @@ def _from_path(path: Path, ref: str) -> ModelSpec:
         )
     data = _load_config(file, what=f"--model {ref}: {file}")
     name = path.name if path.is_dir() else (path.parent.name or path.stem)
-    return from_hf_config(data, name, str(file))
+    return from_hf_config(data, name, str(file), ref=ref)
 
 
 def _load_config(source: Path | bytes, *, what: str, hint: str | None = None) -> dict[str, Any]:
