@@ -276,7 +276,10 @@ def load_yaml(
     text = _text(source, what, max_bytes)
     import yaml
 
-    loader = _safe_loader(max_depth, finite)(text)
+    try:
+        loader = _safe_loader(max_depth, finite)(text)  # the reader refuses \x00 etc. here
+    except yaml.YAMLError as e:
+        raise _yaml_syntax(what, e) from None
     try:
         node = loader.get_single_node()
         if node is None:  # empty document
@@ -287,26 +290,26 @@ def load_yaml(
         raise LoadError(
             f"{what}: {e.args[0]} (line {e.line})", hint=e.hint, reason=e.reason, line=e.line
         ) from None
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
-        where = f" (line {line}, column {col})" if mark is not None else ""
-        raise LoadError(
-            f"{what}: malformed YAML{where}: {clip(e.problem or e.context or '', 80)}",
-            hint="fix the YAML syntax (key: value, one per line)",
-            reason="syntax",
-            detail=str(e.problem or ""),
-            line=line,
-            column=col,
-        ) from None
     except (yaml.YAMLError, RecursionError, ValueError) as e:
-        raise LoadError(
-            f"{what}: malformed YAML ({clip(str(e))})",
-            hint="fix the YAML syntax (key: value, one per line)",
-            reason="syntax",
-        ) from None
+        raise _yaml_syntax(what, e) from None
     finally:
         loader.dispose()
+
+
+def _yaml_syntax(what: str, e: BaseException) -> LoadError:
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    line, col = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
+    where = f" (line {line}, column {col})" if mark is not None else ""
+    parts = [getattr(e, "context", None), getattr(e, "problem", None)]
+    detail = "; ".join(str(p) for p in parts if p) or str(e)
+    return LoadError(
+        f"{what}: malformed YAML{where}: {clip(detail, 100)}",
+        hint="fix the YAML syntax (key: value, one per line)",
+        reason="syntax",
+        detail=detail,
+        line=line,
+        column=col,
+    )
 
 
 class _YamlLimit(Exception):
