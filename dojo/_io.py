@@ -45,7 +45,9 @@ def check_writable(path: str | Path, *, force: bool, flag: str = "-o") -> Path:
     except FileNotFoundError:
         st = None
     except OSError as e:
-        raise DojoError(f"{shown}: cannot use it ({e.strerror})", hint="choose another path") from None
+        raise DojoError(
+            f"{shown}: cannot use it ({e.strerror})", hint="choose another path"
+        ) from None
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
             raise DojoError(f"{shown} is a folder", hint=f"give a file path to {flag}")

@@ -56,7 +56,7 @@ class _Reader:
     def has(self, key: str) -> bool:
         return self.cfg.get(key) is not None
 
-    def int(self, key: str, kind: str, *, default: int | None = None, minimum: int = 1) -> int:
+    def get_int(self, key: str, kind: str, *, default: int | None = None, minimum: int = 1) -> int:
         if not self.has(key):
             if default is None:
                 raise EstimateError(
@@ -79,10 +79,10 @@ class _Reader:
     def first(self, keys: tuple[str, ...], kind: str) -> int:
         for key in keys:
             if self.has(key):
-                return self.int(key, kind)
-        return self.int(keys[0], kind)  # raises "has no"
+                return self.get_int(key, kind)
+        return self.get_int(keys[0], kind)  # raises "has no"
 
-    def bool(self, key: str, default: bool) -> bool:
+    def get_bool(self, key: str, default: bool) -> bool:
         value = self.cfg.get(key)
         if value is None:
             return default
@@ -90,7 +90,7 @@ class _Reader:
             raise self.fail(f"{key} {shorten(value)} must be true or false")
         return value
 
-    def str(self, key: str, default: str) -> str:
+    def get_str(self, key: str, default: str) -> str:
         value = self.cfg.get(key)
         if value is None:
             return default
@@ -109,23 +109,23 @@ def spec_fields(config: dict[str, Any], name: str, source: str) -> dict[str, Any
         # Multimodal wrappers (Gemma-3, Llava, Mllama) keep the language model in text_config.
         cfg = {**{k: v for k, v in config.items() if k != "text_config"}, **text}
     r = _Reader(cfg, name, source)
-    model_type = r.str("model_type", "llama")
+    model_type = r.get_str("model_type", "llama")
     h = r.first(("hidden_size", "n_embd", "d_model"), "dim")
     layers = r.first(("num_hidden_layers", "n_layer", "num_layers"), "layers")
     heads = r.first(("num_attention_heads", "n_head"), "heads")
-    vocab = r.int("vocab_size", "vocab")
-    kv = r.int("num_key_value_heads", "heads", default=heads)
+    vocab = r.get_int("vocab_size", "vocab")
+    kv = r.get_int("num_key_value_heads", "heads", default=heads)
     if heads % kv:
         raise r.fail(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
     if r.has("head_dim"):
-        head_dim = r.int("head_dim", "dim")
+        head_dim = r.get_int("head_dim", "dim")
     elif h % heads:
         raise r.fail(f"hidden_size {h} is not a multiple of num_attention_heads {heads}")
     else:
         head_dim = h // heads
     inter_key = "intermediate_size" if r.has("intermediate_size") else "n_inner"
-    inter = r.int(inter_key, "dim", default=4 * h)
-    attn_bias = r.bool("attention_bias", False)
+    inter = r.get_int(inter_key, "dim", default=4 * h)
+    attn_bias = r.get_bool("attention_bias", False)
     fields: dict[str, Any] = {
         "hidden_size": h,
         "num_layers": layers,
@@ -134,11 +134,11 @@ def spec_fields(config: dict[str, Any], name: str, source: str) -> dict[str, Any
         "head_dim": head_dim,
         "intermediate_size": inter,
         "vocab_size": vocab,
-        "tied_embeddings": r.bool("tie_word_embeddings", _TIE_DEFAULT.get(model_type, True)),
+        "tied_embeddings": r.get_bool("tie_word_embeddings", _TIE_DEFAULT.get(model_type, True)),
         "model_type": model_type,
         "qkv_bias": (model_type == "qwen2") or attn_bias,
         "o_bias": attn_bias,
-        "mlp_bias": r.bool("mlp_bias", False),
+        "mlp_bias": r.get_bool("mlp_bias", False),
         "norms_per_layer": _NORMS_PER_LAYER.get(model_type, 2),
         "qk_norm": model_type in _QK_NORM,
     }
@@ -150,23 +150,25 @@ def spec_fields(config: dict[str, Any], name: str, source: str) -> dict[str, Any
 
 def _mla(r: _Reader, heads: int, attn_bias: bool) -> dict[str, Any]:
     """DeepSeek multi-head latent attention: low-rank q (optional) and kv projections."""
-    nope = r.int("qk_nope_head_dim", "dim")
-    rope = r.int("qk_rope_head_dim", "dim")
+    nope = r.get_int("qk_nope_head_dim", "dim")
+    rope = r.get_int("qk_rope_head_dim", "dim")
     return {
         "num_kv_heads": heads,  # k and v are expanded per head from the latent
         "head_dim": nope + rope,
-        "q_lora_rank": r.int("q_lora_rank", "dim", default=0, minimum=0),
-        "kv_lora_rank": r.int("kv_lora_rank", "dim"),
+        "q_lora_rank": r.get_int("q_lora_rank", "dim", default=0, minimum=0),
+        "kv_lora_rank": r.get_int("kv_lora_rank", "dim"),
         "qk_rope_head_dim": rope,
-        "v_head_dim": r.int("v_head_dim", "dim"),
+        "v_head_dim": r.get_int("v_head_dim", "dim"),
         "qkv_bias": attn_bias,
         "o_bias": attn_bias,
     }
 
 
 def _moe(r: _Reader, model_type: str, layers: int, inter: int, attn_bias: bool) -> dict[str, Any]:
-    key = next((k for k in ("n_routed_experts", "num_local_experts", "num_experts") if r.has(k)), "")
-    experts = r.int(key, "experts", minimum=0) if key else 0
+    key = next(
+        (k for k in ("n_routed_experts", "num_local_experts", "num_experts") if r.has(k)), ""
+    )
+    experts = r.get_int(key, "experts", minimum=0) if key else 0
     if experts == 0:
         return {}
     if model_type not in MOE_TYPES:
@@ -175,20 +177,20 @@ def _moe(r: _Reader, model_type: str, layers: int, inter: int, attn_bias: bool) 
             f"model_type {model_type!r} is not known, and counting it as dense would be wrong",
             hint=f"supported MoE model types: {', '.join(MOE_TYPES)}",
         )
-    top_k = r.int("num_experts_per_tok", "experts")
+    top_k = r.get_int("num_experts_per_tok", "experts")
     if top_k > experts:
         raise r.fail(f"num_experts_per_tok {top_k} is more than {key} {experts}")
     if model_type == "mixtral":  # every layer MoE, each expert as wide as intermediate_size
         return _moe_fields(experts, top_k, inter, 0, False, layers)
-    width = r.int("moe_intermediate_size", "dim")
+    width = r.get_int("moe_intermediate_size", "dim")
     if model_type.startswith("deepseek"):
-        dense = r.int("first_k_dense_replace", "layers", minimum=0)
-        shared = r.int("n_shared_experts", "experts", minimum=0)
+        dense = r.get_int("first_k_dense_replace", "layers", minimum=0)
+        shared = r.get_int("n_shared_experts", "experts", minimum=0)
         if dense > layers:
             raise r.fail(f"first_k_dense_replace {dense} is more than num_hidden_layers {layers}")
         return _moe_fields(experts, top_k, width, shared * width, False, layers - dense)
     # Qwen2/3-MoE: layer i is MoE unless listed in mlp_only_layers or off the sparse step.
-    step = r.int("decoder_sparse_step", "layers", default=1)
+    step = r.get_int("decoder_sparse_step", "layers", default=1)
     only = r.cfg.get("mlp_only_layers") or []
     if not isinstance(only, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) for i in only
@@ -197,10 +199,10 @@ def _moe(r: _Reader, model_type: str, layers: int, inter: int, attn_bias: bool) 
     moe_layers = sum(1 for i in range(layers) if i not in only and (i + 1) % step == 0)
     shared = 0
     if model_type == "qwen2_moe":
-        shared = r.int("shared_expert_intermediate_size", "dim", minimum=0)
+        shared = r.get_int("shared_expert_intermediate_size", "dim", minimum=0)
     fields = _moe_fields(experts, top_k, width, shared, shared > 0, moe_layers)
     if model_type == "qwen2_moe":
-        fields["qkv_bias"] = r.bool("qkv_bias", True)  # transformers 5 Qwen2MoeConfig default
+        fields["qkv_bias"] = r.get_bool("qkv_bias", True)  # transformers 5 Qwen2MoeConfig default
         fields["o_bias"] = False
     else:
         fields["qkv_bias"] = fields["o_bias"] = attn_bias

@@ -121,11 +121,17 @@ class ModelSpec:
         dense = self.num_layers - self.moe_layers
         kinds = []
         if dense:
-            kinds.append((dense, False, self.attention_linears() + self._mlp(self.intermediate_size)))
+            kinds.append(
+                (dense, False, self.attention_linears() + self._mlp(self.intermediate_size))
+            )
         if self.moe_layers:
-            shared = self._mlp(self.shared_intermediate_size) if self.shared_intermediate_size else ()
+            shared = (
+                self._mlp(self.shared_intermediate_size) if self.shared_intermediate_size else ()
+            )
             gate: tuple[Linear, ...] = (
-                (("shared_expert_gate", self.hidden_size, 1, False),) if self.shared_expert_gate else ()
+                (("shared_expert_gate", self.hidden_size, 1, False),)
+                if self.shared_expert_gate
+                else ()
             )
             kinds.append((self.moe_layers, True, self.attention_linears() + shared + gate))
         return tuple(kinds)

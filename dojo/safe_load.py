@@ -335,7 +335,7 @@ def _safe_loader(max_depth: int, finite: bool) -> Any:
                 if self._depth > max_depth:
                     raise _YamlLimit(
                         f"nests deeper than {max_depth} levels",
-                        self.peek_event().start_mark,
+                        self.peek_event().start_mark,  # type: ignore[no-untyped-call]
                         "depth",
                         "real configs nest a few levels; this looks generated or hostile",
                     )

@@ -18,7 +18,9 @@ def _listing(folder: Path) -> list[str]:
     return sorted(os.listdir(folder))
 
 
-@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664), (0o077, 0o600)])
+@pytest.mark.parametrize(
+    ("mask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664), (0o077, 0o600)]
+)
 def test_new_file_honours_umask(tmp_path: Path, mask: int, mode: int) -> None:
     old = os.umask(mask)
     try:

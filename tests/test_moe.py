@@ -153,8 +153,10 @@ _FUZZED = {"specs": 0, "refused": 0}
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-@given(st.sampled_from(["mistral-7b", "gemma-2-2b", "qwen2.5-0.5b"]), st.dictionaries(
-    st.sampled_from(_FIELDS), _VALUES, min_size=1, max_size=4))
+@given(
+    st.sampled_from(["mistral-7b", "gemma-2-2b", "qwen2.5-0.5b"]),
+    st.dictionaries(st.sampled_from(_FIELDS), _VALUES, min_size=1, max_size=4),
+)
 def test_fuzz_config_values(base: str, changes: dict[str, Any]) -> None:
     cfg = {**ARCHITECTURES[base], **changes}
     try:

@@ -325,6 +325,7 @@ def _combos(ds: dict[str, Any], zero: dict[str, Any], out: list[Finding]) -> Non
 
 def _counts(ds: dict[str, Any], zero: dict[str, Any], out: list[Finding]) -> None:
     """Element counts and batch sizes: whole numbers, positive, and (buckets) believable."""
+    checks: list[tuple[str, Any, int, int | None]]
     checks = [(f"zero_optimization.{k}", zero.get(k), 1, MAX_BUCKET) for k in _BUCKETS]
     checks += [(f"zero_optimization.{k}", zero.get(k), 0, None) for k in _THRESHOLDS]
     checks += [(k, ds.get(k), 1, None) for k in _TOP_COUNTS]
