@@ -54,17 +54,13 @@ FILES: dict[str, bytes] = {
     "bigint.json": b'{"train_batch_size": ' + b"9" * 5000 + b"}",
     "e30.json": _ds({"reduce_bucket_size": 1e30}),
     "e13_sub.json": _ds({"sub_group_size": 1e13}),
-    "e20_live.json": json.dumps(
-        {"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1e20}}
-    ).encode(),
+    "e20_live.json": json.dumps({"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1e20}}).encode(),
     "str_bucket.json": _ds({"reduce_bucket_size": "big"}),
     "bool_bucket.json": _ds({"allgather_bucket_size": True}),
     "frac_bucket.json": _ds({"reduce_bucket_size": 1.5}),
     "neg_bucket.json": _ds({"reduce_bucket_size": -5}),
     "zero_bucket.json": _ds({"allgather_bucket_size": 0}),
-    "neg_persist.json": json.dumps(
-        {"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": -1}}
-    ).encode(),
+    "neg_persist.json": json.dumps({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": -1}}).encode(),
     "mb_zero.json": _ds({}, train_micro_batch_size_per_gpu=0),
     "ga_str.json": _ds({}, gradient_accumulation_steps="four"),
     "tbs_frac.json": _ds({}, train_batch_size=2.5),
@@ -94,9 +90,7 @@ FILES: dict[str, bytes] = {
     "m_tie_str/config.json": _model(tie_word_embeddings="false"),
     "m_type_int/config.json": _model(model_type=5),
     "m_text_str/config.json": json.dumps({"model_type": "llava", "text_config": "x"}).encode(),
-    "m_indivisible/config.json": json.dumps(
-        {**ARCHITECTURES["llama-2-7b"], "hidden_size": 100}
-    ).encode(),
+    "m_indivisible/config.json": json.dumps({**ARCHITECTURES["llama-2-7b"], "hidden_size": 100}).encode(),
     "m_dup/config.json": b'{"hidden_size": 2048, "hidden_size": 4096}',
     "m_latin1/config.json": b'{"model_type": "llama", "name": "caf\xe9"}',
     "m_deep/config.json": b'{"a": ' * 200 + b"1" + b"}" * 200,
@@ -104,20 +98,13 @@ FILES: dict[str, bytes] = {
     "m_topk/config.json": json.dumps({**_MIXTRAL, "num_experts_per_tok": 9}).encode(),
     "m_topk0/config.json": json.dumps({**_MIXTRAL, "num_experts_per_tok": 0}).encode(),
     "m_dense_k/config.json": json.dumps({**_DEEPSEEK, "first_k_dense_replace": 100}).encode(),
-    "m_mlp_only/config.json": json.dumps(
-        {
-            **_QWEN_MOE,
-            "num_experts_per_tok": 8,
-            "moe_intermediate_size": 768,
-            "mlp_only_layers": "all",
-        }
-    ).encode(),
+    "m_mlp_only/config.json": json.dumps({**_QWEN_MOE, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "mlp_only_layers": "all"}).encode(),
     "m_no_moe_width/config.json": json.dumps({**_QWEN_MOE, "num_experts_per_tok": 8}).encode(),
     "m_experts_neg/config.json": json.dumps({**_MIXTRAL, "num_local_experts": -8}).encode(),
     "m_kv_lora_str/config.json": json.dumps({**_DEEPSEEK, "kv_lora_rank": "512"}).encode(),
     "existing.json": b"{}\n",
     "target.json": b"{}\n",
-}
+}  # fmt: skip
 FOLDERS = ("folder", "m_cfgdir/config.json", "m_fifo")
 
 
@@ -136,187 +123,38 @@ def c(*args: str, expect: tuple[str, ...] | str, hint: bool = True, gpus: int = 
 CHECK = [
     c("config", "--check", "dup.json", expect=("--check 'dup.json'", "key 'stage' twice")),
     c("config", "--check", "dup_top.json", expect=("--check 'dup_top.json'", "key 'bf16' twice")),
-    c(
-        "config",
-        "--check",
-        "dup_long.json",
-        expect=("--check 'dup_long.json'", "'kkkkk", "...", "twice"),
-    ),
-    c(
-        "config",
-        "--check",
-        "nan.json",
-        expect=("--check 'nan.json'", "'NaN' (key 'reduce_bucket_size')"),
-    ),
+    c("config", "--check", "dup_long.json", expect=("--check 'dup_long.json'", "'kkkkk", "...", "twice")),
+    c("config", "--check", "nan.json", expect=("--check 'nan.json'", "'NaN' (key 'reduce_bucket_size')")),
     c("config", "--check", "inf.json", expect=("'Infinity' (key 'allgather_bucket_size')",)),
     c("config", "--check", "neginf.json", expect=("'-Infinity' (key 'sub_group_size')",)),
-    c(
-        "config",
-        "--check",
-        "e400.json",
-        expect=("--check 'e400.json'", "'1e400' (key 'reduce_bucket_size')"),
-    ),
-    c(
-        "config",
-        "--check",
-        "nan_list.json",
-        expect=("--check 'nan_list.json'", "non-finite number 'NaN'"),
-    ),
-    c(
-        "config",
-        "--check",
-        "bigint.json",
-        expect=("--check 'bigint.json'", "number that is too long"),
-    ),
-    c(
-        "config",
-        "--check",
-        "e30.json",
-        expect=("zero_optimization.reduce_bucket_size", "1e+30 is more than 1e+12 elements"),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "e13_sub.json",
-        expect=("sub_group_size 10000000000000.0 is more than",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "e20_live.json",
-        expect=("stage3_max_live_parameters 1e+20 is more than",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "str_bucket.json",
-        expect=("reduce_bucket_size 'big' is not a number of elements",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "bool_bucket.json",
-        expect=("allgather_bucket_size True is not a number",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "frac_bucket.json",
-        expect=("reduce_bucket_size 1.5 is not a whole number",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "neg_bucket.json",
-        expect=("reduce_bucket_size -5 must be positive",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "zero_bucket.json",
-        expect=("allgather_bucket_size 0 must be positive",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "neg_persist.json",
-        expect=("stage3_param_persistence_threshold -1 must be zero or more",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "mb_zero.json",
-        expect=("train_micro_batch_size_per_gpu 0 must be positive",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "ga_str.json",
-        expect=("gradient_accumulation_steps 'four' is not a number",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "tbs_frac.json",
-        expect=("train_batch_size 2.5 is not a whole number",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "stage_true.json",
-        expect=("stage True is not 0, 1, 2 or 3",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "stage_frac.json",
-        expect=("stage 2.5 is not 0, 1, 2 or 3",),
-        hint=False,
-    ),
-    c(
-        "config",
-        "--check",
-        "deep100.json",
-        expect=("--check 'deep100.json'", "nests deeper than 64 levels"),
-    ),
-    c(
-        "config",
-        "--check",
-        "deep100k.json",
-        expect=("--check 'deep100k.json'", "nests deeper than 64 levels"),
-    ),
-    c(
-        "config",
-        "--check",
-        "unclosed100k.json",
-        expect=("--check 'unclosed100k.json'", "nests deeper than 64"),
-    ),
-    c(
-        "config",
-        "--check",
-        "latin1.json",
-        expect=("--check 'latin1.json'", "not UTF-8 text (byte 0xe9 on line 1)"),
-    ),
-    c(
-        "config",
-        "--check",
-        "utf16.json",
-        expect=("--check 'utf16.json'", "not UTF-8 text (byte 0xff"),
-    ),
-    c(
-        "config",
-        "--check",
-        "fifo",
-        expect="--check 'fifo': is a FIFO (named pipe), not a regular file",
-    ),
-    c(
-        "config",
-        "--check",
-        "/dev/null",
-        expect="--check '/dev/null': is a device, not a regular file",
-    ),
-    c(
-        "config",
-        "--check",
-        "loop",
-        expect="--check 'loop': cannot read it (Too many levels of symbolic links)",
-    ),
+    c("config", "--check", "e400.json", expect=("--check 'e400.json'", "'1e400' (key 'reduce_bucket_size')")),
+    c("config", "--check", "nan_list.json", expect=("--check 'nan_list.json'", "non-finite number 'NaN'")),
+    c("config", "--check", "bigint.json", expect=("--check 'bigint.json'", "number that is too long")),
+    c("config", "--check", "e30.json", expect=("zero_optimization.reduce_bucket_size", "1e+30 is more than 1e+12 elements"), hint=False),
+    c("config", "--check", "e13_sub.json", expect=("sub_group_size 10000000000000.0 is more than",), hint=False),
+    c("config", "--check", "e20_live.json", expect=("stage3_max_live_parameters 1e+20 is more than",), hint=False),
+    c("config", "--check", "str_bucket.json", expect=("reduce_bucket_size 'big' is not a number of elements",), hint=False),
+    c("config", "--check", "bool_bucket.json", expect=("allgather_bucket_size True is not a number",), hint=False),
+    c("config", "--check", "frac_bucket.json", expect=("reduce_bucket_size 1.5 is not a whole number",), hint=False),
+    c("config", "--check", "neg_bucket.json", expect=("reduce_bucket_size -5 must be positive",), hint=False),
+    c("config", "--check", "zero_bucket.json", expect=("allgather_bucket_size 0 must be positive",), hint=False),
+    c("config", "--check", "neg_persist.json", expect=("stage3_param_persistence_threshold -1 must be zero or more",), hint=False),
+    c("config", "--check", "mb_zero.json", expect=("train_micro_batch_size_per_gpu 0 must be positive",), hint=False),
+    c("config", "--check", "ga_str.json", expect=("gradient_accumulation_steps 'four' is not a number",), hint=False),
+    c("config", "--check", "tbs_frac.json", expect=("train_batch_size 2.5 is not a whole number",), hint=False),
+    c("config", "--check", "stage_true.json", expect=("stage True is not 0, 1, 2 or 3",), hint=False),
+    c("config", "--check", "stage_frac.json", expect=("stage 2.5 is not 0, 1, 2 or 3",), hint=False),
+    c("config", "--check", "deep100.json", expect=("--check 'deep100.json'", "nests deeper than 64 levels")),
+    c("config", "--check", "deep100k.json", expect=("--check 'deep100k.json'", "nests deeper than 64 levels")),
+    c("config", "--check", "unclosed100k.json", expect=("--check 'unclosed100k.json'", "nests deeper than 64")),
+    c("config", "--check", "latin1.json", expect=("--check 'latin1.json'", "not UTF-8 text (byte 0xe9 on line 1)")),
+    c("config", "--check", "utf16.json", expect=("--check 'utf16.json'", "not UTF-8 text (byte 0xff")),
+    c("config", "--check", "fifo", expect="--check 'fifo': is a FIFO (named pipe), not a regular file"),
+    c("config", "--check", "/dev/null", expect="--check '/dev/null': is a device, not a regular file"),
+    c("config", "--check", "loop", expect="--check 'loop': cannot read it (Too many levels of symbolic links)"),
     c("config", "--check", "dangling.json", expect="--check 'dangling.json': no such file"),
     c("config", "--check", "folder", expect="--check 'folder': is a folder"),
-]
+]  # fmt: skip
 
 # Each model file is tried through `config --model` and `estimate --model` (both resolve_model).
 MODEL_FILES = [
@@ -328,12 +166,7 @@ MODEL_FILES = [
     ("m_bool", ("hidden_size True must be a whole number",)),
     ("m_frac", ("hidden_size 2048.5 must be a whole number",)),
     ("m_e30", ("hidden_size 1e+30 must be a whole number",)),
-    (
-        "m_int40",
-        (
-            "vocab_size 10000000000000000000000000000000000000000 must be a whole number 1..16,777,216",
-        ),
-    ),
+    ("m_int40", ("vocab_size 10000000000000000000000000000000000000000 must be a whole number 1..16,777,216",)),
     ("m_heads0", ("num_attention_heads 0 must be a whole number",)),
     ("m_kv0", ("num_key_value_heads 0 must be a whole number",)),
     ("m_kv3", ("num_attention_heads 32 is not a multiple of num_key_value_heads 3",)),
@@ -357,7 +190,7 @@ MODEL_FILES = [
     ("m_kv_lora_str", ("kv_lora_rank '512' must be a whole number",)),
     ("m_fifo", ("is a FIFO (named pipe), not a regular file",)),
     ("m_cfgdir", ("is a folder, not a regular file",)),
-]
+]  # fmt: skip
 MODEL = [
     case
     for name, expect in MODEL_FILES
@@ -369,69 +202,19 @@ MODEL = [
 MODEL += [
     c("estimate", "--model", "./fifo", expect="--model ./fifo: fifo: is a FIFO (named pipe)"),
     c("estimate", "--model", "/dev/null", expect="--model /dev/null: /dev/null: is a device"),
-    c(
-        "estimate",
-        "--model",
-        "./loop",
-        expect=("--model ./loop", "Too many levels of symbolic links"),
-    ),
-]
+    c("estimate", "--model", "./loop", expect=("--model ./loop", "Too many levels of symbolic links")),
+]  # fmt: skip
 
 OUTPUT = [
-    c(
-        "config",
-        "--stage",
-        "2",
-        "-o",
-        "dangling.json",
-        expect="-o 'dangling.json' is a symbolic link (to 'nowhere.json')",
-    ),
-    c(
-        "config",
-        "--stage",
-        "2",
-        "-o",
-        "link.json",
-        expect="-o 'link.json' is a symbolic link (to 'target.json')",
-    ),
-    c(
-        "config",
-        "--stage",
-        "2",
-        "-o",
-        "link.json",
-        "--force",
-        expect="-o 'link.json' is a symbolic link",
-    ),
+    c("config", "--stage", "2", "-o", "dangling.json", expect="-o 'dangling.json' is a symbolic link (to 'nowhere.json')"),
+    c("config", "--stage", "2", "-o", "link.json", expect="-o 'link.json' is a symbolic link (to 'target.json')"),
+    c("config", "--stage", "2", "-o", "link.json", "--force", expect="-o 'link.json' is a symbolic link"),
     c("config", "--stage", "2", "-o", "loop", expect="-o 'loop' is a symbolic link (to 'loop')"),
-    c(
-        "config",
-        "--stage",
-        "2",
-        "-o",
-        "fifo",
-        expect="-o 'fifo' is a FIFO (named pipe), not a regular file",
-    ),
-    c(
-        "config",
-        "--stage",
-        "2",
-        "-o",
-        "fifo",
-        "--force",
-        expect="-o 'fifo' is a FIFO (named pipe), not a regular file",
-    ),
-    c(
-        "config",
-        "--stage",
-        "2",
-        "-o",
-        "/dev/null",
-        "--force",
-        expect="-o '/dev/null' is a device, not a regular file",
-    ),
+    c("config", "--stage", "2", "-o", "fifo", expect="-o 'fifo' is a FIFO (named pipe), not a regular file"),
+    c("config", "--stage", "2", "-o", "fifo", "--force", expect="-o 'fifo' is a FIFO (named pipe), not a regular file"),
+    c("config", "--stage", "2", "-o", "/dev/null", "--force", expect="-o '/dev/null' is a device, not a regular file"),
     c("config", "--stage", "2", "-o", "existing.json", expect="-o 'existing.json' already exists"),
-]
+]  # fmt: skip
 
 GPUS = [
     c("train", "--gpus", spec, expect=(f"--gpus {spec!r}", why), gpus=2)
@@ -451,7 +234,7 @@ GPUS = [
         ("0,\u00a01", "no spaces allowed"),
         ("1,01", "GPU 1 is listed twice"),
     ]
-]
+]  # fmt: skip
 
 CASES = CHECK + MODEL + OUTPUT + GPUS
 
