@@ -10,7 +10,7 @@ rather than counted as dense.
 from typing import Any
 
 from dojo.errors import EstimateError
-from dojo.safe_load import shorten
+from dojo.safe_load import clip, shorten
 
 # model_type -> tie_word_embeddings when config.json omits it (each transformers config class's
 # default; PretrainedConfig's own default is True).
@@ -45,7 +45,7 @@ class _Reader:
     """Typed, bounded access to one config dict; every error names the key and the source."""
 
     def __init__(self, cfg: dict[str, Any], name: str, source: str) -> None:
-        self.cfg, self.name, self.source = cfg, name, source
+        self.cfg, self.name, self.source = cfg, clip(name, 300), clip(source, 300)
 
     def fail(self, message: str) -> EstimateError:
         return EstimateError(

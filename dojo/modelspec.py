@@ -1,7 +1,7 @@
 """Model shapes and exact parameter counts, from a name, a size alias, a config.json or a Hub id.
 
-Pure stdlib: a config.json is read with ``json`` (never transformers); a Hub id fetches only its
-config.json with urllib. Example: ``resolve_model("7b").params == 6_738_415_616``.
+Pure stdlib: a config.json is read with ``dojo.safe_load`` (never transformers) and every field
+is checked (dojo.hf_config); a Hub id fetches only its config.json with urllib. Example: ``resolve_model("7b").params == 6_738_415_616``.
 """
 
 import difflib
@@ -13,6 +13,7 @@ from typing import Any
 
 from dojo.architectures import ARCHITECTURES, SIZE_ALIASES
 from dojo.errors import EstimateError
+from dojo.safe_load import clip, shorten
 
 _HUB_TIMEOUT_S = 10.0  # a config.json is a few KB; a dead network should fail fast
 _MAX_CONFIG_BYTES = 16 << 20  # the largest real ones (big id2label tables) are ~1 MB
@@ -245,24 +246,38 @@ def resolve_model(ref: str) -> ModelSpec:
     if key in ARCHITECTURES:
         return from_hf_config(ARCHITECTURES[key], key)
     path = Path(ref).expanduser()
-    if path.exists() or path.is_symlink():  # a dangling or looping link is reported, not "no such"
+    if _present(path, ref):
         return _from_path(path, ref)
     if _looks_like_path(ref):
         raise EstimateError(
-            f"--model {ref}: no such file or folder",
+            f"--model {clip(ref, 300)}: no such file or folder",
             hint="give a config.json, a model folder that contains one, or a name like 7b",
         )
-    if _HUB_ID.fullmatch(ref.strip()):
+    if len(ref) <= 200 and _HUB_ID.fullmatch(ref.strip()):  # the Hub caps names at 96 chars
         return from_hf_config(_fetch_hub_config(ref.strip()), ref.strip())
     close = difflib.get_close_matches(key, known_names(), n=3, cutoff=0.5)
     did = f"did you mean {', '.join(close)}? " if close else ""
     raise EstimateError(
-        f"--model {ref!r}: unknown model",
+        f"--model {shorten(ref)}: unknown model",
         hint=f"{did}known: {', '.join(known_names())}; or a config.json path or Hub id (org/name)",
     )
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _present(path: Path, ref: str) -> bool:
+    """Something is at ``path``: a dangling or looping link counts (it is reported, not called
+    missing); a name too long for the filesystem is an error, not an OSError traceback."""
+    try:
+        return path.exists() or path.is_symlink()
+    except ValueError:  # an embedded NUL byte (from a YAML config): not a path
+        return False
+    except OSError as e:
+        raise EstimateError(
+            f"--model {clip(ref)}: not a usable path ({e.strerror})",
+            hint="give a config.json, a model folder that contains one, or a name like 7b",
+        ) from None
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -273,10 +288,10 @@ def _from_path(path: Path, ref: str) -> ModelSpec:
     file = path / "config.json" if path.is_dir() else path
     if path.is_dir() and not (file.exists() or file.is_symlink()):
         raise EstimateError(
-            f"--model {ref}: folder has no config.json",
+            f"--model {clip(ref, 300)}: folder has no config.json",
             hint="point --model at the model folder that holds config.json, or at the file",
         )
-    data = _load_config(file, what=f"--model {ref}: {file}")
+    data = _load_config(file, what=f"--model {clip(ref, 300)}: {clip(str(file), 300)}")
     name = path.name if path.is_dir() else (path.parent.name or path.stem)
     return from_hf_config(data, name, str(file), ref=ref)
 

@@ -203,6 +203,10 @@ MODEL += [
     c("estimate", "--model", "./fifo", expect="--model ./fifo: fifo: is a FIFO (named pipe)"),
     c("estimate", "--model", "/dev/null", expect="--model /dev/null: /dev/null: is a device"),
     c("estimate", "--model", "./loop", expect=("--model ./loop", "Too many levels of symbolic links")),
+    c("estimate", "--model", "a" * 5000, expect=("--model aaaaa", "...: not a usable path (File name too long)")),
+    c("estimate", "--model", "x/" * 3000 + "config.json", expect=("--model x/x/", "not a usable path")),
+    c("config", "--stage", "2", "--model", "q" * 250, expect=("--model 'qqqq", "...': unknown model")),
+    c("estimate", "--model", "org/" + "n" * 300, expect=("--model 'org/nnnn", "unknown model")),
 ]  # fmt: skip
 
 OUTPUT = [
