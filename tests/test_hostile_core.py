@@ -205,7 +205,7 @@ MODEL += [
     c("estimate", "--model", "./loop", expect=("--model ./loop", "Too many levels of symbolic links")),
     c("estimate", "--model", "a" * 5000, expect=("--model aaaaa", "...: not a usable path (File name too long)")),
     c("estimate", "--model", "x/" * 3000 + "config.json", expect=("--model x/x/", "not a usable path")),
-    c("config", "--stage", "2", "--model", "q" * 250, expect=("--model 'qqqq", "...': unknown model")),
+    c("config", "--stage", "2", "--model", "q" * 250, expect=("--model 'qqqq", "...: unknown model")),
     c("estimate", "--model", "org/" + "n" * 300, expect=("--model 'org/nnnn", "unknown model")),
 ]  # fmt: skip
 
