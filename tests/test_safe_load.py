@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dojo.safe_load import MAX_DEPTH, LoadError, json_depth_exceeds, load_json, load_yaml
+from dojo.safe_load import MAX_DEPTH, LoadError, load_json, load_yaml, nesting_exceeds
 
 # DOJO_FUZZ_EXAMPLES=5000 for a longer run; 300 keeps the fast suite fast.
 FUZZ = settings(
@@ -121,11 +121,12 @@ def test_json_refusals(text: str, reason: str, part: str) -> None:
     assert e.value.message.startswith("--data rows.jsonl:3")
 
 
-def test_json_depth_counts_brackets_outside_strings_only() -> None:
-    assert not json_depth_exceeds('["' + "[" * 500 + '"]', 64)
-    assert not json_depth_exceeds("[" * 64 + "]" * 64, 64)
-    assert json_depth_exceeds("[" * 65 + "]" * 65, 64)
-    assert not json_depth_exceeds('{"a\\"[[[[": ' + "[" * 60 + "]" * 60 + "}", 64)
+def test_json_depth_counts_containers_not_brackets_in_strings() -> None:
+    assert load_json('["' + "[" * 500 + '"]', what="f") == ["[" * 500]
+    assert load_json('{"a\\"[[[[": ' + "[" * 60 + "]" * 60 + "}", what="f")
+    assert not nesting_exceeds(json.loads("[" * 64 + "]" * 64), 64)
+    assert nesting_exceeds(json.loads("[" * 65 + "]" * 65), 64)
+    assert nesting_exceeds({"a": [{"b": [1]}]}, 3) and not nesting_exceeds({"a": [{"b": [1]}]}, 4)
     assert load_json('["' + "{" * 5000 + '"]', what="f") == ["{" * 5000]
 
 
