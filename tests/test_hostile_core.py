@@ -45,6 +45,9 @@ FILES: dict[str, bytes] = {
     # --- DeepSpeed JSON for config --check ---
     "dup.json": b'{"zero_optimization": {"stage": 2, "stage": 3}}',
     "dup_top.json": b'{"bf16": {"enabled": true}, "bf16": {"enabled": false}}',
+    "long_key.json": json.dumps({"zero_optimization": {"stage": 2, "z" * 100_000: 1}}).encode(),
+    "long_type.json": json.dumps({"scheduler": {"type": "W" * 100_000}}).encode(),
+    "long_device.json": json.dumps({"zero_optimization": {"stage": 3, "offload_param": {"device": "d" * 100_000}}}).encode(),
     "dup_long.json": ('{"' + "k" * 100_000 + '": 1, "' + "k" * 100_000 + '": 2}').encode(),
     "nan.json": b'{"zero_optimization": {"stage": 2, "reduce_bucket_size": NaN}}',
     "inf.json": b'{"zero_optimization": {"stage": 2, "allgather_bucket_size": Infinity}}',
@@ -114,6 +117,10 @@ def _specials(root: Path) -> None:
     os.symlink("loop", root / "loop")
     os.symlink("nowhere.json", root / "dangling.json")
     os.symlink("target.json", root / "link.json")
+    for name in ("huge.json", "m_huge/config.json"):  # 17 MB, sparse: costs no disk
+        (root / name).parent.mkdir(exist_ok=True)
+        with open(root / name, "wb") as f:
+            f.truncate(17 << 20)
 
 
 def c(*args: str, expect: tuple[str, ...] | str, hint: bool = True, gpus: int = 0) -> Hostile:
@@ -123,6 +130,9 @@ def c(*args: str, expect: tuple[str, ...] | str, hint: bool = True, gpus: int = 
 CHECK = [
     c("config", "--check", "dup.json", expect=("--check 'dup.json'", "key 'stage' twice")),
     c("config", "--check", "dup_top.json", expect=("--check 'dup_top.json'", "key 'bf16' twice")),
+    c("config", "--check", "long_key.json", expect=("zero_optimization.zzzz", "unknown key 'zzzz", "...; DeepSpeed rejects it"), hint=False),
+    c("config", "--check", "long_type.json", expect=("scheduler.type", "unknown scheduler type 'WWWW", "..."), hint=False),
+    c("config", "--check", "long_device.json", expect=("device 'dddd", "...", "is not none, cpu or nvme"), hint=False),
     c("config", "--check", "dup_long.json", expect=("--check 'dup_long.json'", "'kkkkk", "...", "twice")),
     c("config", "--check", "nan.json", expect=("--check 'nan.json'", "'NaN' (key 'reduce_bucket_size')")),
     c("config", "--check", "inf.json", expect=("'Infinity' (key 'allgather_bucket_size')",)),
@@ -154,6 +164,7 @@ CHECK = [
     c("config", "--check", "loop", expect="--check 'loop': cannot read it (Too many levels of symbolic links)"),
     c("config", "--check", "dangling.json", expect="--check 'dangling.json': no such file"),
     c("config", "--check", "folder", expect="--check 'folder': is a folder"),
+    c("config", "--check", "huge.json", expect="--check 'huge.json': is 17,825,792 bytes; more than 16,777,216 is not a real one"),
 ]  # fmt: skip
 
 # Each model file is tried through `config --model` and `estimate --model` (both resolve_model).
@@ -190,6 +201,7 @@ MODEL_FILES = [
     ("m_kv_lora_str", ("kv_lora_rank '512' must be a whole number",)),
     ("m_fifo", ("is a FIFO (named pipe), not a regular file",)),
     ("m_cfgdir", ("is a folder, not a regular file",)),
+    ("m_huge", ("is 17,825,792 bytes; more than 16,777,216",)),
 ]  # fmt: skip
 MODEL = [
     case

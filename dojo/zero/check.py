@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dojo.errors import ConfigError
-from dojo.safe_load import shorten
+from dojo.safe_load import clip, shorten
 from dojo.zero.explain import precedence_warnings
 
 
@@ -196,22 +196,33 @@ def _unknown_keys(node: dict[str, Any], where: str, out: list[Finding]) -> None:
     if known is None:
         return
     for key, value in node.items():
-        path = f"{where}.{key}" if where else key
+        path = _join(where, key)
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
             if close:
                 out.append(
-                    Finding("error", path, f"unknown key {key!r}; did you mean {close[0]!r}?")
+                    Finding(
+                        "error", path, f"unknown key {shorten(key)}; did you mean {close[0]!r}?"
+                    )
                 )
             elif where:  # DeepSpeed's pydantic models forbid extra keys in these sections
-                out.append(Finding("error", path, f"unknown key {key!r}; DeepSpeed rejects it"))
+                out.append(
+                    Finding("error", path, f"unknown key {shorten(key)}; DeepSpeed rejects it")
+                )
             else:  # top level: DeepSpeed ignores unknown keys silently
-                out.append(Finding("warning", path, f"unknown key {key!r}; DeepSpeed ignores it"))
+                out.append(
+                    Finding("warning", path, f"unknown key {shorten(key)}; DeepSpeed ignores it")
+                )
         elif isinstance(value, dict):
             _unknown_keys(value, path, out)
     for section, names in (("optimizer", OPTIMIZERS), ("scheduler", SCHEDULERS)):
         if where == section and isinstance(node.get("type"), str):
             _check_type(node["type"], section, names, out)
+
+
+def _join(where: str, key: str) -> str:
+    """Dotted path of a key, the key cut to 60 characters: a 1 MB key is not echoed whole."""
+    return f"{where}.{clip(key)}" if where else clip(key)
 
 
 def _check_type(name: str, section: str, names: tuple[str, ...], out: list[Finding]) -> None:
@@ -221,12 +232,12 @@ def _check_type(name: str, section: str, names: tuple[str, ...], out: list[Findi
     hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(names)}"
     # An unknown optimizer name is looked up in torch.optim; an unknown scheduler is an error.
     level = "warning" if section == "optimizer" and not close else "error"
-    out.append(Finding(level, f"{section}.type", f"unknown {section} type {name!r}{hint}"))
+    out.append(Finding(level, f"{section}.type", f"unknown {section} type {shorten(name)}{hint}"))
 
 
 def _autos(node: dict[str, Any], where: str, out: list[Finding], skip: set[str]) -> None:
     for key, value in node.items():
-        path = f"{where}.{key}" if where else key
+        path = _join(where, key)
         if path in skip:  # already reported as an unknown key
             continue
         if isinstance(value, dict):
@@ -266,7 +277,9 @@ def _combos(ds: dict[str, Any], zero: dict[str, Any], out: list[Finding]) -> Non
         where = f"zero_optimization.{key}"
         if dev not in ("none", "cpu", "nvme"):
             out.append(
-                Finding("error", f"{where}.device", f"device {dev!r} is not none, cpu or nvme")
+                Finding(
+                    "error", f"{where}.device", f"device {shorten(dev)} is not none, cpu or nvme"
+                )
             )
         if dev == "nvme" and not nvme:
             out.append(
