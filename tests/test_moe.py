@@ -118,6 +118,25 @@ def test_matches_transformers(name: str) -> None:
     assert linear == spec.quantizable_params
 
 
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen1.5-moe-a2.7b"])
+def test_lora_params_match_peft(name: str) -> None:
+    """PEFT's target_modules adapt nn.Linear only: attention (+ the shared expert), no fused
+    experts. (DeepSeek-V3 is left out: PEFT 0.21 also wraps its fused experts; see the report.)"""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    cfg = json.loads((DATA / f"{name}.config.json").read_text())
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**cfg)
+        )
+    spec = _spec(name)
+    targets = sorted({n for _, _, lin in spec.layer_kinds() for n, *_ in lin})
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=16, target_modules=targets))
+    trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert trainable == spec.lora_params(16)
+
+
 # ---------------------------------------------------------------- fuzz of field values
 
 _FIELDS = (
