@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import dataclass
 
 from dojo.errors import LaunchError
+from dojo.safe_load import shorten
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,25 @@ def list_gpus() -> list[Gpu]:
     gpus = []
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3 and parts[0].isdigit():
+        if len(parts) == 3 and _is_index(parts[0]):
             gpus.append(Gpu(int(parts[0]), parts[1], float(parts[2]) / 1024))
     return gpus
+
+
+MAX_GPU_INDEX = 1023
+"""No host has more GPUs than this; a larger index is a typo, not a device."""
+
+
+def _is_index(text: str) -> bool:
+    # str.isdigit() accepts "²" and "٣"; int() would take "٣" as 3. Only ASCII digits are ids.
+    return text.isascii() and text.isdigit()
 
 
 def parse_gpus(spec: str, present: list[int]) -> tuple[int, ...]:
     """``"all"`` or comma-separated ids (``"0,1"``) -> sorted ids, checked against ``present``."""
     shown = ",".join(map(str, present)) if present else "none"
     hint = f"GPUs present: {shown}; use e.g. --gpus 0,1 or --gpus all"
+    flag = f"--gpus {shorten(spec)}"
     text = spec.strip()
     if text == "all":
         if not present:
@@ -53,15 +64,23 @@ def parse_gpus(spec: str, present: list[int]) -> tuple[int, ...]:
     ids: list[int] = []
     for raw in text.split(","):
         item = raw.strip()
-        if item != raw or " " in item:
-            raise LaunchError(f"--gpus {spec!r}: no spaces allowed", hint="write --gpus 0,1")
-        if not item.isdigit():
-            raise LaunchError(f"--gpus {spec!r}: {item!r} is not a GPU index", hint=hint)
+        if not item:
+            raise LaunchError(f"{flag}: an empty entry between commas", hint="write --gpus 0,1")
+        if item != raw or any(c.isspace() for c in item):
+            raise LaunchError(f"{flag}: no spaces allowed", hint="write --gpus 0,1")
+        if not _is_index(item):
+            raise LaunchError(f"{flag}: {shorten(item)} is not a GPU index", hint=hint)
+        if len(item) > 4 or int(item) > MAX_GPU_INDEX:
+            raise LaunchError(
+                f"{flag}: {shorten(item)} is not a GPU index (no host has more than "
+                f"{MAX_GPU_INDEX + 1} GPUs)",
+                hint=hint,
+            )
         ids.append(int(item))
     dups = sorted({i for i in ids if ids.count(i) > 1})
     if dups:
-        raise LaunchError(f"--gpus {spec!r}: GPU {dups[0]} is listed twice", hint=hint)
+        raise LaunchError(f"{flag}: GPU {dups[0]} is listed twice", hint=hint)
     missing = [i for i in ids if i not in present]
     if missing:
-        raise LaunchError(f"--gpus {spec!r}: GPU {missing[0]} does not exist", hint=hint)
+        raise LaunchError(f"{flag}: GPU {missing[0]} does not exist", hint=hint)
     return tuple(sorted(ids))

@@ -1,11 +1,10 @@
 """Model shapes and exact parameter counts, from a name, a size alias, a config.json or a Hub id.
 
-Pure stdlib: a config.json is read with ``json`` (never transformers); a Hub id fetches only its
-config.json with urllib. Example: ``resolve_model("7b").params == 6_738_415_616``.
+Pure stdlib: a config.json is read with ``dojo.safe_load`` (never transformers) and every field
+is checked (dojo.hf_config); a Hub id fetches only its config.json with urllib. Example: ``resolve_model("7b").params == 6_738_415_616``.
 """
 
 import difflib
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -14,20 +13,24 @@ from typing import Any
 
 from dojo.architectures import ARCHITECTURES, SIZE_ALIASES
 from dojo.errors import EstimateError
+from dojo.safe_load import clip, shorten
 
-# model_type -> tie_word_embeddings when config.json omits it (each transformers config class's
-# default; PretrainedConfig's own default is True).
-_TIE_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False}
-# Decoder-layer RMSNorms: Gemma-2/3 add pre/post-feedforward norms around the usual two.
-_NORMS_PER_LAYER = {"gemma2": 4, "gemma3": 4, "gemma3_text": 4}
-# Per-head RMSNorm on q and k (weight of head_dim each).
-_QK_NORM = {"qwen3", "gemma3", "gemma3_text", "olmo2"}
 _HUB_TIMEOUT_S = 10.0  # a config.json is a few KB; a dead network should fail fast
+_MAX_CONFIG_BYTES = 16 << 20  # the largest real ones (big id2label tables) are ~1 MB
+
+
+Linear = tuple[str, int, int, bool]
+"""(name, in_features, out_features, has_bias) of one nn.Linear."""
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A dense decoder-only transformer (Llama family layout: gated MLP, RMSNorm, RoPE)."""
+    """A decoder-only transformer: Llama-family layout (gated MLP, RMSNorm, RoPE), optionally with
+    mixture-of-experts MLPs (Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3) and DeepSeek's latent attention.
+
+    MoE experts are counted as transformers 5 builds them: one fused module per layer holding every
+    expert's gate/up/down (3 x hidden x expert_intermediate each), plus a router (E x hidden).
+    """
 
     name: str
     hidden_size: int
@@ -35,7 +38,9 @@ class ModelSpec:
     num_heads: int
     num_kv_heads: int
     head_dim: int
+    """Query/key width per head (DeepSeek MLA: qk_nope_head_dim + qk_rope_head_dim)."""
     intermediate_size: int
+    """Width of the dense MLP (the dense layers of an MoE model; unused when every layer is MoE)."""
     vocab_size: int
     tied_embeddings: bool
     model_type: str = "llama"
@@ -46,6 +51,27 @@ class ModelSpec:
     mlp_bias: bool = False
     norms_per_layer: int = 2
     qk_norm: bool = False
+    # --- mixture of experts (0 = a dense model) ---
+    num_experts: int = 0
+    """Routed experts in each MoE layer."""
+    experts_per_token: int = 0
+    """Routed experts each token goes through (top-k)."""
+    expert_intermediate_size: int = 0
+    shared_intermediate_size: int = 0
+    """Width of the always-on shared expert MLP (DeepSeek n_shared_experts x moe_intermediate)."""
+    shared_expert_gate: bool = False
+    """Qwen2-MoE's sigmoid gate on the shared expert (Linear hidden -> 1)."""
+    moe_layers: int = 0
+    """How many of the num_layers layers have an MoE MLP; the others have the dense MLP."""
+    # --- DeepSeek multi-head latent attention (kv_lora_rank 0 = ordinary attention) ---
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0 and self.moe_layers > 0
 
     @property
     def q_dim(self) -> int:
@@ -55,33 +81,85 @@ class ModelSpec:
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
 
-    def linears(self) -> tuple[tuple[str, int, int, bool], ...]:
-        """Linear layers of one decoder layer: (name, in_features, out_features, has_bias)."""
-        h, i = self.hidden_size, self.intermediate_size
+    def attention_linears(self) -> tuple[Linear, ...]:
+        h = self.hidden_size
+        if self.kv_lora_rank:  # DeepSeek MLA (modeling_deepseek_v3.DeepseekV3Attention)
+            nope = self.head_dim - self.qk_rope_head_dim
+            q: tuple[Linear, ...] = (
+                (
+                    ("q_a_proj", h, self.q_lora_rank, self.qkv_bias),
+                    ("q_b_proj", self.q_lora_rank, self.q_dim, False),
+                )
+                if self.q_lora_rank
+                else (("q_proj", h, self.q_dim, False),)
+            )
+            return (
+                *q,
+                ("kv_a_proj_with_mqa", h, self.kv_lora_rank + self.qk_rope_head_dim, self.qkv_bias),
+                ("kv_b_proj", self.kv_lora_rank, self.num_heads * (nope + self.v_head_dim), False),
+                ("o_proj", self.num_heads * self.v_head_dim, h, self.o_bias),
+            )
         return (
             ("q_proj", h, self.q_dim, self.qkv_bias),
             ("k_proj", h, self.kv_dim, self.qkv_bias),
             ("v_proj", h, self.kv_dim, self.qkv_bias),
             ("o_proj", self.q_dim, h, self.o_bias),
-            ("gate_proj", h, i, self.mlp_bias),
-            ("up_proj", h, i, self.mlp_bias),
-            ("down_proj", i, h, self.mlp_bias),
         )
 
-    @property
-    def layer_linear_params(self) -> int:
-        """Weights and biases of one layer's linears (what QLoRA quantizes: weights only)."""
-        return sum(a * b + (b if bias else 0) for _, a, b, bias in self.linears())
+    def _mlp(self, width: int) -> tuple[Linear, ...]:
+        h = self.hidden_size
+        return (
+            ("gate_proj", h, width, self.mlp_bias),
+            ("up_proj", h, width, self.mlp_bias),
+            ("down_proj", width, h, self.mlp_bias),
+        )
+
+    def layer_kinds(self) -> tuple[tuple[int, bool, tuple[Linear, ...]], ...]:
+        """(how many layers, is_moe, their nn.Linear modules) per kind of decoder layer.
+
+        In an MoE layer the routed experts are one fused module (not nn.Linear): the linears
+        there are attention plus the shared expert, if any."""
+        dense = self.num_layers - self.moe_layers
+        kinds = []
+        if dense:
+            kinds.append(
+                (dense, False, self.attention_linears() + self._mlp(self.intermediate_size))
+            )
+        if self.moe_layers:
+            shared = (
+                self._mlp(self.shared_intermediate_size) if self.shared_intermediate_size else ()
+            )
+            gate: tuple[Linear, ...] = (
+                (("shared_expert_gate", self.hidden_size, 1, False),)
+                if self.shared_expert_gate
+                else ()
+            )
+            kinds.append((self.moe_layers, True, self.attention_linears() + shared + gate))
+        return tuple(kinds)
+
+    def linears(self) -> tuple[Linear, ...]:
+        """nn.Linear layers of the most common decoder layer (the MoE one in an MoE model)."""
+        return max(self.layer_kinds(), key=lambda k: k[0])[2]
 
     @property
-    def layer_linear_weight_params(self) -> int:
-        return sum(a * b for _, a, b, _ in self.linears())
+    def expert_params(self) -> int:
+        """One routed expert: gate, up and down, no bias."""
+        return 3 * self.hidden_size * self.expert_intermediate_size
+
+    def _layer_params(self, moe: bool, linears: tuple[Linear, ...]) -> int:
+        norms = self.norms_per_layer * self.hidden_size
+        norms += 2 * self.head_dim if self.qk_norm else 0
+        norms += self.q_lora_rank + self.kv_lora_rank  # MLA's q_a / kv_a RMSNorms
+        own = sum(a * b + (b if bias else 0) for _, a, b, bias in linears) + norms
+        if moe:  # router (E x hidden) + the fused experts
+            own += self.num_experts * (self.hidden_size + self.expert_params)
+        return own
 
     @property
     def layer_params(self) -> int:
-        norms = self.norms_per_layer * self.hidden_size
-        qk = 2 * self.head_dim if self.qk_norm else 0
-        return self.layer_linear_params + norms + qk
+        """Params of the most common decoder layer."""
+        count, moe, linears = max(self.layer_kinds(), key=lambda k: k[0])
+        return self._layer_params(moe, linears)
 
     @property
     def embedding_params(self) -> int:
@@ -94,91 +172,65 @@ class ModelSpec:
 
     @property
     def params(self) -> int:
-        """Exact parameter count as PyTorch counts it (a tied head counted once)."""
+        """Exact parameter count as PyTorch counts it (a tied head counted once; every expert:
+        this is what memory holds)."""
         final_norm = self.hidden_size
-        return (
-            self.embedding_params
-            + self.head_params
-            + self.num_layers * self.layer_params
-            + final_norm
-        )
+        layers = sum(n * self._layer_params(moe, lin) for n, moe, lin in self.layer_kinds())
+        return self.embedding_params + self.head_params + layers + final_norm
+
+    @property
+    def active_params(self) -> int:
+        """Params one token goes through: only experts_per_token of the routed experts (how MoE
+        models are quoted: Mixtral-8x7B 12.9B active of 46.7B). Equals params when dense."""
+        idle = max(0, self.num_experts - self.experts_per_token)
+        return self.params - self.moe_layers * idle * self.expert_params
+
+    @property
+    def active_intermediate_size(self) -> int:
+        """MLP width one token passes through in its widest layer: top-k experts plus the shared
+        expert in MoE layers, intermediate_size in dense ones. Activations scale with this."""
+        widths = [
+            self.experts_per_token * self.expert_intermediate_size + self.shared_intermediate_size
+            if moe
+            else self.intermediate_size
+            for _, moe, _ in self.layer_kinds()
+        ]
+        return max(widths)
 
     @property
     def quantizable_params(self) -> int:
-        """Weights bitsandbytes turns into 4-bit: every decoder-layer nn.Linear weight."""
-        return self.num_layers * self.layer_linear_weight_params
+        """Weights bitsandbytes turns into 4-bit: every decoder-layer nn.Linear weight (fused
+        expert tensors and routers are plain parameters, not nn.Linear)."""
+        return sum(n * sum(a * b for _, a, b, _ in lin) for n, _, lin in self.layer_kinds())
 
     @property
     def largest_layer_params(self) -> int:
-        """Largest single module's own params (DeepSpeed's ZeRO-3 ``largest_layer_params``)."""
-        biggest_linear = max(a * b + (b if bias else 0) for _, a, b, bias in self.linears())
-        return max(self.embedding_params, biggest_linear)
+        """Largest single module's own params (DeepSpeed's ZeRO-3 ``largest_layer_params``):
+        the embedding, the biggest linear, or an MoE layer's fused experts."""
+        biggest_linear = max(
+            a * b + (b if bias else 0) for _, _, lin in self.layer_kinds() for _, a, b, bias in lin
+        )
+        experts = self.num_experts * self.expert_params if self.is_moe else 0
+        return max(self.embedding_params, biggest_linear, experts)
 
     def lora_params(self, rank: int, targets: tuple[str, ...] | None = None) -> int:
-        """Trainable LoRA params: r * (in + out) per adapted linear (A: r x in, B: out x r)."""
-        names = {n for n, *_ in self.linears()} if targets is None else set(targets)
-        per_layer = sum(rank * (a + b) for n, a, b, _ in self.linears() if n in names)
-        return self.num_layers * per_layer
+        """Trainable LoRA params: r * (in + out) per adapted nn.Linear (A: r x in, B: out x r).
+        PEFT's target_modules match nn.Linear only, so fused MoE experts get no adapter."""
+        total = 0
+        for count, _, lin in self.layer_kinds():
+            names = {n for n, *_ in lin} if targets is None else set(targets)
+            total += count * sum(rank * (a + b) for n, a, b, _ in lin if n in names)
+        return total
 
 
-def from_hf_config(config: dict[str, Any], name: str) -> ModelSpec:
-    """Build a ModelSpec from a Hugging Face config.json dict (text_config nesting handled)."""
-    cfg = config
-    if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
-        # Multimodal wrappers (Gemma-3, Llava, Mllama) keep the language model in text_config.
-        cfg = {**{k: v for k, v in config.items() if k != "text_config"}, **cfg["text_config"]}
-    if int(cfg.get("num_local_experts") or cfg.get("num_experts") or 1) > 1:
-        raise EstimateError(
-            f"--model {name}: mixture-of-experts models are not supported by the estimator",
-            hint="use a dense model, e.g. --model llama-3.1-8b",
-        )
-    model_type = str(cfg.get("model_type") or "llama")
-    try:
-        h = int(_first(cfg, "hidden_size", "n_embd", "d_model"))
-        layers = int(_first(cfg, "num_hidden_layers", "n_layer", "num_layers"))
-        heads = int(_first(cfg, "num_attention_heads", "n_head"))
-        vocab = int(_first(cfg, "vocab_size"))
-    except KeyError as e:
-        raise EstimateError(
-            f"--model {name}: config.json has no {e.args[0]!r}",
-            hint="point --model at a decoder-only model's config.json (Llama, Qwen, Mistral, Gemma)",
-        ) from None
-    kv = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or h // heads)
-    inter = int(cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * h)
-    tied = bool(cfg.get("tie_word_embeddings", _TIE_DEFAULT.get(model_type, True)))
-    attn_bias = bool(cfg.get("attention_bias", False))
-    spec = ModelSpec(
-        name=name,
-        hidden_size=h,
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=kv,
-        head_dim=head_dim,
-        intermediate_size=inter,
-        vocab_size=vocab,
-        tied_embeddings=tied,
-        model_type=model_type,
-        qkv_bias=model_type == "qwen2" or attn_bias,
-        o_bias=attn_bias,
-        mlp_bias=bool(cfg.get("mlp_bias", False)),
-        norms_per_layer=_NORMS_PER_LAYER.get(model_type, 2),
-        qk_norm=model_type in _QK_NORM,
-    )
-    if min(h, layers, heads, kv, head_dim, inter, vocab) <= 0 or heads % kv:
-        raise EstimateError(
-            f"--model {name}: config.json has impossible sizes (hidden {h}, layers {layers}, "
-            f"heads {heads}, kv heads {kv})",
-            hint="check the config.json values",
-        )
-    return spec
+def from_hf_config(
+    config: dict[str, Any], name: str, source: str = "config.json", *, ref: str | None = None
+) -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config.json dict (text_config nesting handled).
+    Every field read is checked; errors name ``ref`` (what --model got) and ``source`` (the file)."""
+    from dojo.hf_config import spec_fields
 
-
-def _first(cfg: dict[str, Any], *keys: str) -> Any:
-    for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
-    raise KeyError(keys[0])
+    return ModelSpec(name=name, **spec_fields(config, ref or name, source))
 
 
 def known_names() -> list[str]:
@@ -194,24 +246,38 @@ def resolve_model(ref: str) -> ModelSpec:
     if key in ARCHITECTURES:
         return from_hf_config(ARCHITECTURES[key], key)
     path = Path(ref).expanduser()
-    if path.exists():
+    if _present(path, ref):
         return _from_path(path, ref)
     if _looks_like_path(ref):
         raise EstimateError(
-            f"--model {ref}: no such file or folder",
+            f"--model {clip(ref, 300)}: no such file or folder",
             hint="give a config.json, a model folder that contains one, or a name like 7b",
         )
-    if _HUB_ID.fullmatch(ref.strip()):
+    if len(ref) <= 200 and _HUB_ID.fullmatch(ref.strip()):  # the Hub caps names at 96 chars
         return from_hf_config(_fetch_hub_config(ref.strip()), ref.strip())
     close = difflib.get_close_matches(key, known_names(), n=3, cutoff=0.5)
     did = f"did you mean {', '.join(close)}? " if close else ""
     raise EstimateError(
-        f"--model {ref!r}: unknown model",
+        f"--model {shorten(ref)}: unknown model",
         hint=f"{did}known: {', '.join(known_names())}; or a config.json path or Hub id (org/name)",
     )
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _present(path: Path, ref: str) -> bool:
+    """Something is at ``path``: a dangling or looping link counts (it is reported, not called
+    missing); a name too long for the filesystem is an error, not an OSError traceback."""
+    try:
+        return path.exists() or path.is_symlink()
+    except ValueError:  # an embedded NUL byte (from a YAML config): not a path
+        return False
+    except OSError as e:
+        raise EstimateError(
+            f"--model {clip(ref)}: not a usable path ({e.strerror})",
+            hint="give a config.json, a model folder that contains one, or a name like 7b",
+        ) from None
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -220,28 +286,30 @@ def _looks_like_path(ref: str) -> bool:
 
 def _from_path(path: Path, ref: str) -> ModelSpec:
     file = path / "config.json" if path.is_dir() else path
-    if not file.is_file():
+    if path.is_dir() and not (file.exists() or file.is_symlink()):
         raise EstimateError(
-            f"--model {ref}: folder has no config.json",
+            f"--model {clip(ref, 300)}: folder has no config.json",
             hint="point --model at the model folder that holds config.json, or at the file",
         )
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise EstimateError(
-            f"--model {ref}: cannot read {file}: {e}", hint="check the path"
-        ) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise EstimateError(
-            f"--model {ref}: {file} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
-            hint="fix the JSON (a config.json from the model repo is plain JSON)",
-        ) from None
-    if not isinstance(data, dict):
-        raise EstimateError(f"--model {ref}: {file} is not a JSON object", hint="check the file")
+    data = _load_config(file, what=f"--model {clip(ref, 300)}: {clip(str(file), 300)}")
     name = path.name if path.is_dir() else (path.parent.name or path.stem)
-    return from_hf_config(data, name)
+    return from_hf_config(data, name, str(file), ref=ref)
+
+
+def _load_config(source: Path | bytes, *, what: str, hint: str | None = None) -> dict[str, Any]:
+    """A config.json through dojo.safe_load (no NaN, no duplicate keys, no 5,000-deep nesting)."""
+    from dojo.safe_load import LoadError, load_json
+
+    try:
+        data = load_json(source, what=what, max_bytes=_MAX_CONFIG_BYTES)
+    except LoadError as e:
+        raise EstimateError(e.message, hint=hint or e.hint) from None
+    if not isinstance(data, dict):
+        raise EstimateError(
+            f"{what} is not a JSON object (got {type(data).__name__})",
+            hint=hint or "point --model at a model's config.json",
+        )
+    return data
 
 
 def _fetch_hub_config(repo_id: str) -> dict[str, Any]:
@@ -258,7 +326,7 @@ def _fetch_hub_config(repo_id: str) -> dict[str, Any]:
     local = f"download {repo_id}'s config.json and pass its path, e.g. --model ./config.json"
     try:
         with urllib.request.urlopen(req, timeout=_HUB_TIMEOUT_S) as resp:  # noqa: S310 - https URL
-            body = resp.read()
+            body = resp.read(_MAX_CONFIG_BYTES + 1)
     except urllib.error.HTTPError as e:
         if e.code in (401, 403):
             raise EstimateError(
@@ -275,10 +343,4 @@ def _fetch_hub_config(repo_id: str) -> dict[str, Any]:
             f"--model {repo_id}: cannot reach {endpoint} to fetch config.json ({reason})",
             hint=f"offline? {local}",
         ) from None
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise EstimateError(f"--model {repo_id}: {url} did not return JSON", hint=local) from None
-    if not isinstance(data, dict):
-        raise EstimateError(f"--model {repo_id}: {url} is not a JSON object", hint=local)
-    return data
+    return _load_config(body, what=f"--model {repo_id}: {url}", hint=local)

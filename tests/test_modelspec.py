@@ -117,9 +117,10 @@ def test_missing_key(tmp_path) -> None:
         resolve_model(str(f))
 
 
-def test_moe_rejected() -> None:
-    cfg = dict(ARCHITECTURES["mistral-7b"], num_local_experts=8)
-    with pytest.raises(EstimateError, match="mixture-of-experts"):
+def test_moe_of_unknown_layout_rejected() -> None:
+    """Experts on a model type whose MoE layout is not known are refused, never counted dense."""
+    cfg = dict(ARCHITECTURES["mistral-7b"], num_local_experts=8, num_experts_per_tok=2)
+    with pytest.raises(EstimateError, match="mixture-of-experts layout of model_type 'mistral'"):
         from_hf_config(cfg, "mixtral")
 
 
@@ -133,7 +134,7 @@ def test_hub_fetch_uses_endpoint_and_token(monkeypatch) -> None:
         def __exit__(self, *a):
             return False
 
-        def read(self):
+        def read(self, size=-1):
             return json.dumps(ARCHITECTURES["llama-3.2-1b"]).encode()
 
     def fake_urlopen(req, timeout):

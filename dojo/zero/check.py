@@ -8,12 +8,12 @@ compares them with the installed DeepSpeed so drift shows up as a failing test.
 """
 
 import difflib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dojo.errors import ConfigError
+from dojo.safe_load import clip, shorten
 from dojo.zero.explain import precedence_warnings
 
 
@@ -107,12 +107,31 @@ _SCHEMA = {
     "optimizer": BLOCK_KEYS,
     "scheduler": BLOCK_KEYS,
 }
-_POSITIVE = (
+# Element counts DeepSpeed allocates buffers of: positive, and bounded. 1e12 elements is 2 TB in
+# bf16, more than any GPU or host holds, so a larger value is a typo (1e30), never a setting.
+_BUCKETS = (
     "reduce_bucket_size",
     "allgather_bucket_size",
     "sub_group_size",
     "stage3_prefetch_bucket_size",
+    "prefetch_bucket_size",
+    "stage3_max_live_parameters",
+    "max_live_parameters",
 )
+MAX_BUCKET = 10**12
+# Element-count thresholds: 0 is meaningful; DeepSpeed's own default for the model one is
+# sys.maxsize, so only the sign and the type are checked.
+_THRESHOLDS = (
+    "stage3_param_persistence_threshold",
+    "param_persistence_threshold",
+    "stage3_model_persistence_threshold",
+    "model_persistence_threshold",
+    "stage3_max_reuse_distance",
+    "max_reuse_distance",
+)
+# Top-level counts the HF Trainer checks against its own arguments ("auto" fills them).
+_TOP_COUNTS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+_MAX_FILE_BYTES = 16 << 20  # a DeepSpeed config is a few KB
 
 
 @dataclass(frozen=True)
@@ -129,26 +148,31 @@ class Finding:
 
 
 def check_file(path: str | Path) -> list[Finding]:
-    """Read and lint one DeepSpeed JSON file; raises ConfigError only when it cannot be read."""
-    p = Path(path)
-    if not p.is_file():
-        what = "is a folder" if p.is_dir() else "no such file"
-        raise ConfigError(
-            f"--check {str(path)!r}: {what}", hint="give the path of a DeepSpeed JSON file"
-        )
+    """Read and lint one DeepSpeed JSON file; raises ConfigError when it cannot be read or
+    parsed safely (not a regular file, not UTF-8, duplicate keys, NaN, absurd nesting)."""
+    from dojo.safe_load import LoadError, read_text
+
+    what = f"--check {shorten(str(path), 300)}"  # paths are bounded by PATH_MAX anyway
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--check {str(path)!r}: cannot read it ({e})") from e
-    return check_text(text)
+        text = read_text(Path(path), what=what, max_bytes=_MAX_FILE_BYTES)
+    except LoadError as e:
+        raise ConfigError(e.message, hint="give the path of a DeepSpeed JSON file") from None
+    return check_text(text, what=what)
 
 
-def check_text(text: str) -> list[Finding]:
-    """Lint DeepSpeed JSON text: syntax, unknown keys, impossible combinations, precedence."""
+def check_text(text: str, *, what: str = "the config") -> list[Finding]:
+    """Lint DeepSpeed JSON text: syntax, unknown keys, impossible combinations, precedence.
+
+    A syntax error is a finding (with its line:column); duplicate keys, NaN/Infinity and
+    nesting past 64 levels raise ConfigError: DeepSpeed's json.load would take them silently."""
+    from dojo.safe_load import LoadError, load_json
+
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        return [Finding("error", f"{e.lineno}:{e.colno}", f"invalid JSON: {e.msg}")]
+        data = load_json(text, what=what)
+    except LoadError as e:
+        if e.reason == "syntax":
+            return [Finding("error", f"{e.line}:{e.column}", f"invalid JSON: {e.detail}")]
+        raise ConfigError(e.message, hint=e.hint) from None
     if not isinstance(data, dict):
         return [Finding("error", "1:1", f"expected a JSON object, got {type(data).__name__}")]
     return check_config(data)
@@ -172,22 +196,33 @@ def _unknown_keys(node: dict[str, Any], where: str, out: list[Finding]) -> None:
     if known is None:
         return
     for key, value in node.items():
-        path = f"{where}.{key}" if where else key
+        path = _join(where, key)
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
             if close:
                 out.append(
-                    Finding("error", path, f"unknown key {key!r}; did you mean {close[0]!r}?")
+                    Finding(
+                        "error", path, f"unknown key {shorten(key)}; did you mean {close[0]!r}?"
+                    )
                 )
             elif where:  # DeepSpeed's pydantic models forbid extra keys in these sections
-                out.append(Finding("error", path, f"unknown key {key!r}; DeepSpeed rejects it"))
+                out.append(
+                    Finding("error", path, f"unknown key {shorten(key)}; DeepSpeed rejects it")
+                )
             else:  # top level: DeepSpeed ignores unknown keys silently
-                out.append(Finding("warning", path, f"unknown key {key!r}; DeepSpeed ignores it"))
+                out.append(
+                    Finding("warning", path, f"unknown key {shorten(key)}; DeepSpeed ignores it")
+                )
         elif isinstance(value, dict):
             _unknown_keys(value, path, out)
     for section, names in (("optimizer", OPTIMIZERS), ("scheduler", SCHEDULERS)):
         if where == section and isinstance(node.get("type"), str):
             _check_type(node["type"], section, names, out)
+
+
+def _join(where: str, key: str) -> str:
+    """Dotted path of a key, the key cut to 60 characters: a 1 MB key is not echoed whole."""
+    return f"{where}.{clip(key)}" if where else clip(key)
 
 
 def _check_type(name: str, section: str, names: tuple[str, ...], out: list[Finding]) -> None:
@@ -197,12 +232,12 @@ def _check_type(name: str, section: str, names: tuple[str, ...], out: list[Findi
     hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(names)}"
     # An unknown optimizer name is looked up in torch.optim; an unknown scheduler is an error.
     level = "warning" if section == "optimizer" and not close else "error"
-    out.append(Finding(level, f"{section}.type", f"unknown {section} type {name!r}{hint}"))
+    out.append(Finding(level, f"{section}.type", f"unknown {section} type {shorten(name)}{hint}"))
 
 
 def _autos(node: dict[str, Any], where: str, out: list[Finding], skip: set[str]) -> None:
     for key, value in node.items():
-        path = f"{where}.{key}" if where else key
+        path = _join(where, key)
         if path in skip:  # already reported as an unknown key
             continue
         if isinstance(value, dict):
@@ -226,9 +261,11 @@ def _device(zero: dict[str, Any], key: str) -> tuple[str, Any]:
 
 def _combos(ds: dict[str, Any], zero: dict[str, Any], out: list[Finding]) -> None:
     stage = zero.get("stage", 0)
-    if stage not in (0, 1, 2, 3):
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
         out.append(
-            Finding("error", "zero_optimization.stage", f"stage {stage!r} is not 0, 1, 2 or 3")
+            Finding(
+                "error", "zero_optimization.stage", f"stage {shorten(stage)} is not 0, 1, 2 or 3"
+            )
         )
         return
     opt_dev, opt_path = _device(zero, "offload_optimizer")
@@ -240,7 +277,9 @@ def _combos(ds: dict[str, Any], zero: dict[str, Any], out: list[Finding]) -> Non
         where = f"zero_optimization.{key}"
         if dev not in ("none", "cpu", "nvme"):
             out.append(
-                Finding("error", f"{where}.device", f"device {dev!r} is not none, cpu or nvme")
+                Finding(
+                    "error", f"{where}.device", f"device {shorten(dev)} is not none, cpu or nvme"
+                )
             )
         if dev == "nvme" and not nvme:
             out.append(
@@ -272,12 +311,7 @@ def _combos(ds: dict[str, Any], zero: dict[str, Any], out: list[Finding]) -> Non
                 "error", "fp16.enabled", 'fp16 and bf16 are both enabled; enable one (or "auto")'
             )
         )
-    for key in _POSITIVE:
-        value = zero.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-            out.append(
-                Finding("error", f"zero_optimization.{key}", f"{key} {value} must be positive")
-            )
+    _counts(ds, zero, out)
     if stage in (1, 2):
         for key in sorted(k for k in zero if k.startswith("stage3_")):
             out.append(
@@ -300,6 +334,33 @@ def _combos(ds: dict[str, Any], zero: dict[str, Any], out: list[Finding]) -> Non
                 'at init unless "zero_force_ds_cpu_optimizer": false; better add a DeepSpeed "optimizer" block',
             )
         )
+
+
+def _counts(ds: dict[str, Any], zero: dict[str, Any], out: list[Finding]) -> None:
+    """Element counts and batch sizes: whole numbers, positive, and (buckets) believable."""
+    checks: list[tuple[str, Any, int, int | None]]
+    checks = [(f"zero_optimization.{k}", zero.get(k), 1, MAX_BUCKET) for k in _BUCKETS]
+    checks += [(f"zero_optimization.{k}", zero.get(k), 0, None) for k in _THRESHOLDS]
+    checks += [(k, ds.get(k), 1, None) for k in _TOP_COUNTS]
+    for where, value, low, high in checks:
+        if value is None or value == "auto":  # absent, or "auto" (checked by _autos)
+            continue
+        key = where.rsplit(".", 1)[-1]
+        shown = shorten(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            msg = f"{key} {shown} is not a number of elements"
+        elif value != int(value):  # NaN/inf never get here: safe_load refuses them
+            msg = f"{key} {shown} is not a whole number"
+        elif value < low:
+            msg = f"{key} {shown} must be {'positive' if low else 'zero or more'}"
+        elif high is not None and value > high:
+            msg = (
+                f"{key} {shown} is more than {high:.0e} elements: no GPU or host holds a "
+                "bucket that big (typo for 5e8?)"
+            )
+        else:
+            continue
+        out.append(Finding("error", where, msg))
 
 
 def _enabled(ds: dict[str, Any], key: str) -> bool:
