@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dojo.errors import ConfigError
+from dojo.errors import ConfigError, DojoError
 from dojo.run import inputs, resolve
 from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS
 from dojo.run.resolved import ResolvedRun
@@ -88,7 +88,7 @@ def test_precedence_default_file_flag(tmp_path: Path) -> None:
 def test_bad_files(tmp_path: Path, content: str, needle: str) -> None:
     f = tmp_path / "run.yaml"
     f.write_text(content)
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(DojoError) as e:
         inputs.load_file(f)
     assert needle in e.value.message + " " + (e.value.hint or "")
 

@@ -68,27 +68,17 @@ def given(flags: dict[str, Any]) -> set[str]:
 
 
 def _read_yaml(p: Path, where: str) -> Any:
+    """YAML with depth, alias-expansion and duplicate-key limits (dojo.safe_load)."""
+    from dojo.safe_load import load_yaml
+
     if p.is_dir():
         raise ConfigError(f"{where} is a folder", hint="give a .yaml run file")
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(
             f"{where} does not exist",
             hint="give a YAML file, or a bundled preset by name: full, lora or qlora",
         )
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{where} is not UTF-8 text", hint="save it as UTF-8") from None
-    import yaml  # lazy: keeps `dojo --help` fast
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise ConfigError(
-            f"{where}: malformed YAML{at}", hint="fix the YAML syntax (key: value, one per line)"
-        ) from None
+    return load_yaml(p, what=where, max_bytes=1 << 20)
 
 
 def to_yaml(values: dict[str, Any]) -> str:

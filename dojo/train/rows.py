@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dojo import safe_load
 from dojo.chat.conversation import FORMATS, Message, to_messages
 from dojo.errors import DataError, DojoError
 from dojo.train import data_check
@@ -99,7 +100,18 @@ def read_rows(
             data_check.check_parquet(path, ref, validate_record)
             report.passthrough.append(ref)
             continue
-        for source, record in _records(path, ref):
+        try:
+            records = _records(path, ref)
+        except RecursionError:  # json.loads recurses once per level of nesting
+            raise DataError(
+                f"--data {ref}: a row is nested too deeply to be a conversation",
+                hint='each row is one object: {"messages": [{"role": ..., "content": ...}]}',
+            ) from None
+        for source, record in records:
+            nested = safe_load.nesting_exceeds(record, safe_load.MAX_DEPTH)
+            if nested:
+                report.bad.append((source, f"nested deeper than {safe_load.MAX_DEPTH} levels"))
+                continue
             _add(report, source, record, template)
     return report
 
