@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dojo import _output
 from dojo import gpus as gpus_mod
 from dojo.errors import DataError, EstimateError, LaunchError, MissingExtraError
 from dojo.run.machine import Machine, assumed_cuda, host_memory_gib
@@ -141,11 +142,13 @@ def check_extras(method: str, devices: Devices, *, dry_run: bool = False) -> Non
             hint="pip install 'dojo[train]'",
         )
     if devices.kind == "cpu" and not dry_run:
-        from dojo.train.toolchain import cpu_compiler_error
+        from dojo.train.toolchain import clear_stale_build_lock, cpu_compiler_error
 
         err = cpu_compiler_error()
         if err is not None:
             raise err
+        for lock in clear_stale_build_lock():
+            _output.info(f"note: removed {lock}, a build lock left by a killed run")
     if method == "qlora" and devices.kind != "cuda":
         raise LaunchError(
             "--method qlora needs an NVIDIA GPU: bitsandbytes 4-bit kernels do not run on the CPU",

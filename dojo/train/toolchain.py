@@ -18,14 +18,45 @@ from dojo.errors import LaunchError
 OP = "deepspeed_shm_comm"
 
 
-def _cached(env: Mapping[str, str], home: Path) -> bool:
-    """A built op is already there: torch loads it without compiling."""
+STALE_LOCK_S = 120.0
+"""With the op already built, torch holds its build lock for the well under a second ninja needs
+to find nothing to do; a lock older than this was left by a process killed in that window."""
+
+
+def _op_dirs(env: Mapping[str, str], home: Path) -> list[Path]:
     root = env.get("TORCH_EXTENSIONS_DIR")
     if root:
-        return (Path(root) / OP / f"{OP}.so").is_file()
+        return [Path(root) / OP]
     cache = Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "torch_extensions"
     py = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_*"
-    return any(cache.glob(f"{py}/{OP}/{OP}.so"))
+    return sorted(cache.glob(f"{py}/{OP}"))
+
+
+def _cached(env: Mapping[str, str], home: Path) -> bool:
+    """A built op is already there: torch loads it without compiling."""
+    return any((d / f"{OP}.so").is_file() for d in _op_dirs(env, home))
+
+
+def clear_stale_build_lock(
+    env: Mapping[str, str] | None = None, home: Path | None = None, now: float | None = None
+) -> list[Path]:
+    """Remove the op's build lock when a killed run left it behind (every later CPU run would
+    wait on it forever: torch's FileBaton polls until the file goes). Returns what was removed."""
+    import time
+
+    env = os.environ if env is None else env
+    now = time.time() if now is None else now
+    removed = []
+    for d in _op_dirs(env, Path.home() if home is None else home):
+        lock = d / "lock"
+        try:
+            stale = (d / f"{OP}.so").is_file() and now - lock.stat().st_mtime > STALE_LOCK_S
+        except OSError:
+            continue
+        if stale:
+            lock.unlink(missing_ok=True)
+            removed.append(lock)
+    return removed
 
 
 def cpu_compiler_error(

@@ -64,3 +64,20 @@ def test_a_built_op_needs_no_compiler(tmp_path: Path, home: Path) -> None:
     assert cpu_compiler_error(xdg, home) is not None
     _so(tmp_path / "xdg" / "torch_extensions" / f"{py}_cu130")
     assert cpu_compiler_error(xdg, home) is None
+
+
+def test_stale_build_lock_is_cleared(tmp_path: Path) -> None:
+    """A run killed while torch held the op's build lock must not hang every later CPU run."""
+    from dojo.train import toolchain
+
+    op = tmp_path / "ext" / toolchain.OP
+    op.mkdir(parents=True)
+    env = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    lock = op / "lock"
+    lock.write_text("")
+    old = lock.stat().st_mtime
+    assert toolchain.clear_stale_build_lock(env, now=old + 1e6) == []  # no .so yet: a real build
+    (op / f"{toolchain.OP}.so").write_bytes(b"")
+    assert toolchain.clear_stale_build_lock(env, now=old + 5) == []  # fresh: someone holds it
+    assert toolchain.clear_stale_build_lock(env, now=old + 1e6) == [lock]
+    assert not lock.exists()
