@@ -252,8 +252,31 @@ FILTER_BOUNDS: dict[str, Callable[[dict[str, Any], Known], float]] = {
 }
 """Filter name -> upper bound on the size of its result (it raises Runaway for a refused input)."""
 ITERATING = frozenset(
-    "list sort unique groupby batch slice join sum min max first last reverse random map select "
-    "reject selectattr rejectattr dictsort items length count".split()
+    [
+        "list",
+        "sort",
+        "unique",
+        "groupby",
+        "batch",
+        "slice",
+        "join",
+        "sum",
+        "min",
+        "max",
+        "first",
+        "last",
+        "reverse",
+        "random",
+        "map",
+        "select",
+        "reject",
+        "selectattr",
+        "rejectattr",
+        "dictsort",
+        "items",
+        "length",
+        "count",
+    ]
 )
 """Filters that consume an iterable: a lazy one is counted while they do."""
 
@@ -287,16 +310,26 @@ def method_precheck(obj: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], 
     elif name == "expandtabs":
         tab = _arg(args, kwargs, 0, "tabsize")
         size = 8 if tab is None else max(_int(tab), 0)
-        tabs = owner.count("\t" if isinstance(owner, str) else b"\t")
+        tabs = owner.count("\t") if isinstance(owner, str) else owner.count(b"\t")
         refuse(what, n + tabs * size, MAX_STRING_CHARS)
     elif name == "replace":
         count = _arg(args, kwargs, 2, "count")
         refuse(what, _bytes_safe_replace(owner, args, count, k), MAX_STRING_CHARS)
     elif name == "join" and args and isinstance(args[0], (str, list, tuple, Mapping)):
-        refuse(what, join_bound(args[0], str(owner) if isinstance(owner, str) else "", k) + n, MAX_STRING_CHARS)
+        refuse(
+            what,
+            join_bound(args[0], str(owner) if isinstance(owner, str) else "", k) + n,
+            MAX_STRING_CHARS,
+        )
     elif name == "translate":
         table = _arg(args, kwargs, 0, "table")
-        vals = table.values() if isinstance(table, Mapping) else table if isinstance(table, (list, tuple)) else ()
+        vals = (
+            table.values()
+            if isinstance(table, Mapping)
+            else table
+            if isinstance(table, (list, tuple))
+            else ()
+        )
         longest = max((len(v) if isinstance(v, (str, bytes)) else 1 for v in vals), default=1)
         refuse(what, n * max(longest, 1), MAX_STRING_CHARS)
     elif name in ("encode", "hex", "upper", "lower", "title", "casefold", "swapcase", "capitalize"):
@@ -307,9 +340,13 @@ def method_precheck(obj: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], 
 
 def _bytes_safe_replace(owner: Any, args: tuple[Any, ...], count: Any, k: Known) -> float:
     if isinstance(owner, str):
-        return replace_bound(owner, args[0] if args else "", args[1] if len(args) > 1 else "", count, k)
+        return replace_bound(
+            owner, args[0] if args else "", args[1] if len(args) > 1 else "", count, k
+        )
     new = args[1] if len(args) > 1 else b""
-    hits = owner.count(args[0]) if args and isinstance(args[0], bytes) and args[0] else len(owner) + 1
+    hits = (
+        owner.count(args[0]) if args and isinstance(args[0], bytes) and args[0] else len(owner) + 1
+    )
     return len(owner) + hits * len(new) if isinstance(new, (bytes, bytearray)) else len(owner)
 
 

@@ -11,6 +11,7 @@ Bounds over-approximate, so a refusal can only hit values near the limits, which
 template comes close to (real renders are kilobytes to megabytes).
 """
 
+import contextlib
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -123,10 +124,9 @@ def index_inputs(*values: Any) -> dict[int, int]:
     """Weigh the render's inputs once, so each use of ``messages`` costs a dict lookup."""
     memo: dict[int, int] = {}
     for v in values:
-        try:
+        # too deep or too long to index: weighed (and refused) where it is used
+        with contextlib.suppress(Runaway):
             _inner(v, {}, memo, 0)
-        except Runaway:  # too deep or too long to index: weighed (and refused) where it is used
-            pass
     return memo
 
 
