@@ -221,8 +221,10 @@ def _reference_env() -> Any:
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
     )
-    env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: json.dumps(  # noqa: E501
-        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    env.filters["tojson"] = (
+        lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: json.dumps(  # noqa: E501
+            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        )
     )
     return env
 

@@ -155,7 +155,7 @@ def concat_parts(parts: Any) -> str:
         if total > limits.MAX_STRING_CHARS:
             raise _Runaway(f"template built a value of more than {limits.MAX_STRING_CHARS} chars")
         out.append(s)
-    return current().grew("".join(out))
+    return str(current().grew("".join(out)))
 
 
 def concat_buffer(buf: Any) -> str:
@@ -163,7 +163,7 @@ def concat_buffer(buf: Any) -> str:
     buf, cap = list(buf), current().output_chars
     if sum(len(s) for s in buf) > cap:
         raise _Runaway(f"a captured block grew past {cap} characters")
-    return current().grew("".join(buf))
+    return str(current().grew("".join(buf)))
 
 
 def guard_filter(name: str, func: Any) -> Any:

@@ -31,6 +31,9 @@ _SHAREGPT_ROLES = {
 }
 
 FORMATS = ("messages", "sharegpt", "alpaca")
+_MSG_HINT = 'e.g. [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]'
+_SHAREGPT_HINT = 'e.g. {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", ...}]}'
+_ALPACA_HINT = 'e.g. {"instruction": "...", "input": "", "output": "...", "history": [["q", "a"]]}'
 
 
 def detect_format(record: Any) -> str:
@@ -103,7 +106,8 @@ def check_messages(msgs: Any) -> list[Message]:
     for i, m in enumerate(msgs):
         if not isinstance(m, dict):
             raise DataError(
-                f"message {i} is {type(m).__name__}, not an object with role and content"
+                f"message {i} is {type(m).__name__}, not an object with role and content",
+                hint=_MSG_HINT,
             )
         role = m.get("role")
         if role not in ROLES:
@@ -112,11 +116,15 @@ def check_messages(msgs: Any) -> list[Message]:
                 hint=f"roles are {', '.join(ROLES)}",
             )
         if "content" not in m and not m.get("tool_calls"):
-            raise DataError(f"message {i} ({role}) has no 'content'")
+            raise DataError(
+                f"message {i} ({role}) has no 'content'",
+                hint="give it a 'content' string (or 'tool_calls' for an assistant tool call)",
+            )
         content = m.get("content")
         if content is not None and not isinstance(content, (str, list)):
             raise DataError(
-                f"message {i} ({role}) content is {type(content).__name__}, not a string"
+                f"message {i} ({role}) content is {type(content).__name__}, not a string",
+                hint='content is a string, or a list of blocks like {"type": "text", "text": "..."}',
             )
         _check_tool_calls(i, m.get("tool_calls"))
         _check_text(i, role, m)
@@ -171,13 +179,16 @@ def _check_text(i: int, role: str, m: Message) -> None:
 def _from_sharegpt(record: dict[str, Any]) -> list[Message]:
     turns = record["conversations"]
     if not isinstance(turns, list) or not turns:
-        raise DataError("'conversations' must be a non-empty list of {from, value} objects")
+        raise DataError(
+            "'conversations' must be a non-empty list of {from, value} objects",
+            hint=_SHAREGPT_HINT,
+        )
     msgs: list[Message] = []
     if isinstance(record.get("system"), str) and record["system"]:
         msgs.append({"role": "system", "content": record["system"]})
     for i, t in enumerate(turns):
         if not isinstance(t, dict) or "from" not in t or "value" not in t:
-            raise DataError(f"conversations[{i}] needs 'from' and 'value'")
+            raise DataError(f"conversations[{i}] needs 'from' and 'value'", hint=_SHAREGPT_HINT)
         role = _SHAREGPT_ROLES.get(str(t["from"]).lower())
         if role is None:
             raise DataError(
@@ -192,18 +203,24 @@ def _from_alpaca(record: dict[str, Any]) -> list[Message]:
     instruction, inp, output = record["instruction"], record.get("input") or "", record["output"]
     for key, val in (("instruction", instruction), ("input", inp), ("output", output)):
         if not isinstance(val, str):
-            raise DataError(f"alpaca field {key!r} must be a string, got {type(val).__name__}")
+            raise DataError(
+                f"alpaca field {key!r} must be a string, got {type(val).__name__}",
+                hint=_ALPACA_HINT,
+            )
     msgs: list[Message] = []
     if isinstance(record.get("system"), str) and record["system"]:
         msgs.append({"role": "system", "content": record["system"]})
     history = record.get("history") or []
     if not isinstance(history, list):
         raise DataError(
-            f"alpaca 'history' is {type(history).__name__}, not a list of [prompt, response] pairs"
+            f"alpaca 'history' is {type(history).__name__}, not a list of [prompt, response] pairs",
+            hint=_ALPACA_HINT,
         )
     for pair in history:
         if not (isinstance(pair, list) and len(pair) == 2):
-            raise DataError("alpaca 'history' must be a list of [prompt, response] pairs")
+            raise DataError(
+                "alpaca 'history' must be a list of [prompt, response] pairs", hint=_ALPACA_HINT
+            )
         msgs += [{"role": "user", "content": pair[0]}, {"role": "assistant", "content": pair[1]}]
     prompt = f"{instruction}\n\n{inp}" if inp else instruction  # LLaMA-Factory's join
     msgs += [{"role": "user", "content": prompt}, {"role": "assistant", "content": output}]
