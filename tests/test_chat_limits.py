@@ -111,10 +111,10 @@ def _render(source: str) -> str:
 
 @pytest.mark.parametrize("source", ONE_CALL, ids=ONE_CALL_IDS)
 def test_one_call_is_refused_fast_and_small(source: str) -> None:
-    t0 = time.monotonic()
+    t0 = time.process_time()  # CPU time: the machine may be shared, the work must be small
     with pytest.raises(TemplateError) as info:
         _render(source)
-    elapsed = time.monotonic() - t0
+    elapsed = time.process_time() - t0
     err = info.value
     assert "evil.jinja" in err.message and err.hint, (err.message, err.hint)
     assert "out of memory" not in err.message
@@ -278,11 +278,11 @@ CALLS = st.sampled_from(
 def test_fuzz_huge_arguments_are_refused_or_small(call: str, n: str) -> None:
     """Any of the sized calls with any huge size: a TemplateError with a hint, in under 2 s."""
     source = "{{ " + call.format(n=n) + " }}"
-    t0 = time.monotonic()
+    t0 = time.process_time()
     try:
         out = _render(source)
     except DojoError as e:
         assert e.hint, e.message
     else:
         assert len(out) <= chat_sandbox.MAX_OUTPUT_CHARS
-    assert time.monotonic() - t0 < 2.0, source
+    assert time.process_time() - t0 < 2.0, source

@@ -181,8 +181,12 @@ def guard_filter(name: str, func: Any) -> Any:
         b = current()
         b.tick()
         if name in guards.ITERATING and len(args) > first and guards.lazy(args[first]):
-            items = guards.counted(args[first], f"|{name}")
-            value = list(items) if materialise else items
+            value: Any = guards.counted(args[first], f"|{name}")
+            if name == "join":
+                sep = args[first + 1] if len(args) > first + 1 else kwargs.get("d", "")
+                value = guards.collect(args[first], "|join", len(str(sep)), b.known)
+            elif materialise:
+                value = list(value)
             args = (*args[:first], value, *args[first + 1 :])
         if sig is not None and name in guards.FILTER_BOUNDS:
             try:

@@ -46,6 +46,18 @@ def counted(items: Iterable[Any], what: str) -> Iterator[Any]:
         yield x
 
 
+def collect(items: Iterable[Any], what: str, sep: int, k: Known) -> list[Any]:
+    """A lazy iterable about to be joined, as a list, refused as soon as the joined text would
+    pass MAX_STRING_CHARS (its items are built one by one: a bound up front cannot see them)."""
+    out, total = [], 0
+    for x in counted(items, what):
+        total += (len(x) if isinstance(x, str) else weight(x, k)) + sep
+        if total > MAX_STRING_CHARS:
+            raise Runaway(f"{what} would join more than {MAX_STRING_CHARS} characters")
+        out.append(x)
+    return out
+
+
 def lazy(x: Any) -> bool:
     """An iterator/generator: its length is unknown until it is consumed."""
     return not isinstance(x, (str, bytes, list, tuple, dict, Mapping)) and hasattr(x, "__next__")

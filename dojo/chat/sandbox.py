@@ -162,7 +162,9 @@ def _environment() -> Any:
             b = _budget.current()
             b.tick()
             if getattr(__obj, "__name__", "") == "join" and args and guards.lazy(args[0]):
-                args = (list(guards.counted(args[0], ".join()")), *args[1:])
+                sep = getattr(__obj, "__self__", "")
+                sep_len = len(sep) if isinstance(sep, (str, bytes)) else 0
+                args = (guards.collect(args[0], ".join()", sep_len, b.known), *args[1:])
             guards.method_precheck(__obj, args, kwargs, b.known)
             return b.grew(check_value(super().call(__context, __obj, *args, **kwargs), b.known))
 
