@@ -61,10 +61,11 @@ class Budget:
             self.check_memory()
 
     def grew(self, value: Any) -> Any:
-        """Count the characters of a string just built; every 8M of them, look at memory too
+        """Count the size of a value just built; every 8M characters, look at memory too
         (one tick can build a megabyte: ticks alone would let a loop build gigabytes)."""
-        if isinstance(value, str):
-            self.built += len(value)
+        if isinstance(value, (str, list, tuple, dict)):
+            # a list costs 8 bytes an item, plus its items: count it as 8 characters an item
+            self.built += len(value) if isinstance(value, str) else 8 * len(value)
             if self.built > 8_000_000:
                 self.built = 0
                 self.check_memory()
@@ -133,13 +134,29 @@ class CappedRange:
         return repr(self._rng)
 
 
+class Ticking:
+    """A for-loop's iterable, checking the budget every 256 items. Keeps ``len``: Jinja's
+    ``loop.length``/``loop.last`` would otherwise copy the rest of the items into a list."""
+
+    def __init__(self, items: Any) -> None:
+        self._items = items
+
+    def __iter__(self) -> Any:
+        b = current()
+        for i, x in enumerate(self._items):
+            if i % 256 == 0:
+                b.tick()
+            yield x
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 def ticking(items: Any) -> Any:
-    """Yield ``items`` unchanged, checking the budget every 256 of them."""
-    b = current()
-    for i, x in enumerate(items):
-        if i % 256 == 0:
-            b.tick()
-        yield x
+    """``items`` wrapped in Ticking (with a length only when ``items`` has one)."""
+    if hasattr(items, "__len__"):
+        return Ticking(items)
+    return iter(Ticking(items))
 
 
 def check_size(value: Any) -> Any:

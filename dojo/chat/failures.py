@@ -126,6 +126,7 @@ def _type_hint(e: BaseException, text: str, at_s: str) -> str:
     if isinstance(e, LookupError) and "encoding" in str(e):
         return f"the template asks Python for a codec that does not exist{at_s}"
     return (
-        f"the template cannot use a value in this conversation{at_s}: check that message's "
-        "fields have the types the template expects (content a string, tool_calls a list)"
+        f"the template failed on this conversation{at_s}: check that message's fields have "
+        "the types the template expects (content a string, tool_calls a list); if they do, "
+        "the template itself is broken: use another template"
     )

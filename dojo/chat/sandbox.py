@@ -49,6 +49,7 @@ def _environment() -> Any:
     import jinja2.nodes
     from jinja2.exceptions import SecurityError
     from jinja2.sandbox import (
+        MAX_RANGE,
         ImmutableSandboxedEnvironment,
         SandboxedEscapeFormatter,
         SandboxedFormatter,
@@ -216,6 +217,13 @@ def _environment() -> Any:
         return str(generate_lorem_ipsum(n=n, html=html, min=min, max=max))
 
     def capped_range(*args: int) -> _budget.CappedRange:
+        rng = range(*args)  # O(1): its length is known before any item exists
+        try:
+            n = len(rng)
+        except OverflowError:  # more items than a C ssize_t holds
+            n = MAX_RANGE + 1
+        if n > MAX_RANGE:
+            raise _Runaway(f"Range too big: range() of {n} items (limit {MAX_RANGE})")
         return _budget.CappedRange(safe_range(*args))
 
     class TemplateDict:
