@@ -137,6 +137,10 @@ LOOPS = [
     "{% endfor %}{% endfor %}{% endset %}{{ y|length }}",
     "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% else %}x{% endif %}{% endmacro %}{{ f(40) }}",
     "{% set s = 'x' * 100000 %}{% for a in s %}{% for b in s %}{{ b }}{% endfor %}{% endfor %}",
+    # loop.length must not copy 40M characters into a list of 40M items
+    "{% for c in 'x' * 40000000 %}{% if loop.last %}{{ loop.length }}{% endif %}{% endfor %}",
+    # 8 MB lists, each fine, 1.2 GB together: the memory check counts what was built
+    "".join(f"{{% set a{i} = [{i}] * 999999 %}}" for i in range(150)),
 ]
 
 

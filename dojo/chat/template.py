@@ -11,7 +11,8 @@ limited ``dict``/``namespace`` globals, message keys whose value is None dropped
 aliased, ``tools``/``documents`` always defined (None when not given), and special tokens passed
 only when set. Deliberate differences (both make a hostile template fail instead of misbehave):
 any access to an unsafe attribute raises at once (transformers returns an undefined that renders
-as ''), and a render has a budget (range items, output size, string size, wall time).
+as ''), and a render has a budget (range items, output size, the size of every value built,
+memory growth, wall time), each filter/method call bounded before it runs (dojo.chat.guards).
 
 Example: ``dojo chat-template render --template qwen3 --messages chat.json``
 """
