@@ -101,6 +101,17 @@ ONE_CALL = [
     "{% set ns = namespace(v=1) %}{% for i in range(300) %}{% set ns.v = [ns.v] %}{% endfor %}{{ ns.v }}",
     "{{ dict.fromkeys(range(100000), 'x' * 1000) }}",
     "{% macro m() %}{{ 'x' * 40000000 }}{{ 'y' * 40000000 }}{% endmacro %}{{ m() }}",
+    # containers kept by globals (cycler's items) are weighed where they are turned into text
+    "{% set x = 'x' * 40000000 %}{{ cycler(x, x, x, x).items }}",
+    "{% set x = 'x' * 40000000 %}{{ cycler(x, x, x, x).items|string }}",
+    "{% set x = 'x' * 40000000 %}{{ cycler(x, x, x).items ~ '' }}",
+    "{% set x = 'x' * 40000000 %}{{ '{!r}{!r}'.format(cycler(x, x).items, 1) }}",
+    "{% set x = 'x' * 40000000 %}{{ cycler(x, x, x).items|trim }}",
+    # Markup (|safe) has its own str methods and % and format
+    "{{ ('x'|safe).ljust(10**9) }}",
+    "{{ ('{0:>1000000000}'|safe).format(1) }}",
+    "{{ ('%*s'|safe) % (10**9, 'x') }}",
+    "{{ ('x'|forceescape) * 10**9 }}",
 ]
 ONE_CALL_IDS = [s[:60] for s in ONE_CALL]
 

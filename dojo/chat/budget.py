@@ -165,14 +165,25 @@ def check_size(value: Any) -> Any:
 
 def concat_parts(parts: Any) -> str:
     """``a ~ b ~ c`` (Jinja's str_join), refusing before the joined string exists."""
-    out, total = [], 0
+    out, total, known = [], 0, current().known
     for p in parts:
+        if not isinstance(p, str):  # str() of a container shares nothing: bound it first
+            limits.refuse("a part of ~", total + limits.weight(p, known), limits.MAX_STRING_CHARS)
         s = str(p)
         total += len(s)
         if total > limits.MAX_STRING_CHARS:
             raise _Runaway(f"template built a value of more than {limits.MAX_STRING_CHARS} chars")
         out.append(s)
     return str(current().grew("".join(out)))
+
+
+def finalize(value: Any) -> Any:
+    """Every ``{{ value }}``: bounded before str() expands it (a tuple a cycler kept, say).
+    Also runs on constants at compile time, where no render (and no budget) exists yet."""
+    if isinstance(value, str):
+        return value
+    b = BUDGET.get()
+    return check_value(value, b.known if b is not None else {})
 
 
 def concat_buffer(buf: Any) -> str:

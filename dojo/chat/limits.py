@@ -120,6 +120,11 @@ def _flatten(pairs: Any) -> Iterator[Any]:
         yield v
 
 
+def repr_bound(x: Any, known: Mapping[int, int] | None = None) -> int:
+    """Upper bound on len(repr(x)) (strings count their escapes)."""
+    return _inner(x, {} if known is None else known, {}, 0)
+
+
 def index_inputs(*values: Any) -> dict[int, int]:
     """Weigh the render's inputs once, so each use of ``messages`` costs a dict lookup."""
     memo: dict[int, int] = {}

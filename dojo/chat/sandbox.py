@@ -126,6 +126,12 @@ def _environment() -> Any:
             limits.refuse("the result of .format()", self.total, limits.MAX_STRING_CHARS)
             return super().format_field(value, format_spec)
 
+        def convert_field(self, value: Any, conversion: Any) -> Any:
+            if conversion in ("r", "a"):  # repr() runs before format_field sees the value
+                bound = limits.repr_bound(value, _budget.current().known)
+                limits.refuse("the result of .format()", self.total + bound, MAX_STRING_CHARS)
+            return super().convert_field(value, conversion)
+
     class CappedEscapeFormatter(CappedFormatter, SandboxedEscapeFormatter):
         pass
 
@@ -260,6 +266,7 @@ def _environment() -> Any:
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[GenerationPassthrough, jinja2.ext.loopcontrols],
+        finalize=_budget.finalize,
     )
     env.filters["tojson"] = tojson
     env.filters["wordcount"] = guards.wordcount  # same count, without a list of every word
