@@ -301,3 +301,61 @@ def test_fuzz_huge_arguments_are_refused_or_small(call: str, n: str) -> None:
     else:
         assert len(out) <= chat_sandbox.MAX_OUTPUT_CHARS
     assert time.process_time() - t0 < 2.0, source
+
+
+# Each bounded filter refuses BEFORE it runs: the message names the filter's own bound.
+S = "{% set s = 'x' * 20000000 %}"
+PRECHECKED = {
+    "center": "{{ 'x'|center(10**9) }}",
+    "indent": "{{ 'a\\nb'|indent(10**9) }}",
+    "wordwrap": S + "{{ s|wordwrap(5) }}",
+    "truncate": S + "{{ s|truncate(1, end=s ~ s) }}",
+    "replace": "{{ ('x' * 10**6)|replace('x', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}",
+    "join": "{{ (['x' * 10**7] * 4)|join('y' * 10**7) }}",
+    "tojson": "{{ messages|tojson(indent=10**9) }}",
+    "pprint": "{{ ([[0] * 5000] * 2)|pprint }}",
+    "format": "{{ '%*s'|format(10**9, 'x') }}",
+    "title": S + "{{ s|title }}",
+    "striptags": S + "{{ s|striptags }}",
+    "urlize": S + "{{ s|urlize }}",
+    "wordcount": S + "{{ s|wordcount }}",
+    "e": "{% set t = '<' * 20000000 %}{{ t|e }}",
+    "escape": "{% set t = '&' * 20000000 %}{{ t|escape }}",
+    "forceescape": "{% set t = '>' * 20000000 %}{{ t|forceescape }}",
+    "xmlattr": S + "{{ {'a': s}|xmlattr }}",
+    "urlencode": S + "{{ s|urlencode }}",
+    "upper": S + "{{ s|upper }}",
+    "lower": S + "{{ s|lower }}",
+    "capitalize": S + "{{ s|capitalize }}",
+    "string": S + "{{ cycler(s, s, s).items|string }}",
+    "trim": S + "{{ cycler(s, s, s).items|trim }}",
+    "safe": S + "{{ cycler(s, s, s).items|safe }}",
+    "batch": "{{ [1]|batch(10**6)|list }}",
+    "slice": "{{ [1]|slice(10**6)|list }}",
+    "list": "{{ ('x' * 10**7)|list }}",
+    "sort": "{{ ('x' * 10**7)|sort }}",
+    "unique": "{{ ('x' * 10**7)|unique|list }}",
+    "groupby": "{{ ('x' * 10**7)|groupby('x') }}",
+    "sum": "{{ ([[0] * 3000] * 3000)|sum(start=[]) }}",
+}
+
+
+def test_every_bounded_filter_has_a_case() -> None:
+    from dojo.chat.guards import FILTER_BOUNDS
+
+    assert set(PRECHECKED) == set(FILTER_BOUNDS)
+
+
+@pytest.mark.parametrize("name", sorted(PRECHECKED))
+def test_bounded_filter_refuses_before_running(name: str) -> None:
+    t0 = time.process_time()
+    with pytest.raises(TemplateError, match="stopped") as info:
+        _render(PRECHECKED[name])
+    msg = info.value.message
+    assert (
+        f"|{name}" in msg
+        or f"{name}'s" in msg
+        or "a list of a string" in msg
+        or (name == "sum" and "summing lists" in msg)
+    ), msg
+    assert time.process_time() - t0 < 2.0

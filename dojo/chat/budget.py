@@ -203,6 +203,14 @@ def guard_filter(name: str, func: Any) -> Any:
     except (TypeError, ValueError):
         sig = None
     materialise = name in ("join", "sum")
+    # Jinja's async-capable filters (list, slice, map...) take the eval context but show the
+    # signature of their sync function, which lacks it: bind without it then.
+    params = list(sig.parameters) if sig is not None else []
+    skip = (
+        first
+        if first and params[:1] not in (["eval_ctx"], ["environment"], ["env"], ["context"])
+        else 0
+    )
 
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -218,12 +226,12 @@ def guard_filter(name: str, func: Any) -> Any:
             args = (*args[:first], value, *args[first + 1 :])
         if sig is not None and name in guards.FILTER_BOUNDS:
             try:
-                bound = sig.bind(*args, **kwargs)
+                bound = sig.bind(*args[skip:], **kwargs)
             except TypeError:
                 bound = None  # the filter raises its own, clearer, TypeError
             if bound is not None:
                 bound.apply_defaults()
-                named = dict(list(bound.arguments.items())[first:])
+                named = dict(list(bound.arguments.items())[first - skip :])
                 guards.filter_precheck(name, named, b.known)
         return b.grew(check_value(func(*args, **kwargs), b.known))
 
