@@ -31,6 +31,9 @@ _SHAREGPT_ROLES = {
 }
 
 FORMATS = ("messages", "sharegpt", "alpaca")
+_MSG_HINT = 'e.g. [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]'
+_SHAREGPT_HINT = 'e.g. {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", ...}]}'
+_ALPACA_HINT = 'e.g. {"instruction": "...", "input": "", "output": "...", "history": [["q", "a"]]}'
 
 
 def detect_format(record: Any) -> str:
@@ -56,8 +59,33 @@ def detect_format(record: Any) -> str:
     )
 
 
+MAX_NESTING = 100
+"""Deepest lists/objects in a record: real messages (tool arguments included) nest a few levels;
+thousands of levels make every recursive step after parsing (copy, render, tojson) fail."""
+
+
+def nesting_depth(value: Any, limit: int = MAX_NESTING) -> int:
+    """How deep lists/objects nest in ``value`` (stops counting past ``limit``; no recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        if isinstance(v, list):
+            deepest = max(deepest, d)
+            if deepest > limit:
+                return deepest
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
 def to_messages(record: Any) -> tuple[str, list[Message]]:
     """Return (format, messages) with every message checked; raise DataError otherwise."""
+    if nesting_depth(record) > MAX_NESTING:
+        raise DataError(
+            f"record nests lists/objects more than {MAX_NESTING} levels deep",
+            hint="a message holds strings, lists and objects a few levels deep",
+        )
     fmt = detect_format(record)
     if fmt == "messages":
         msgs = record if isinstance(record, list) else record["messages"]
@@ -78,7 +106,8 @@ def check_messages(msgs: Any) -> list[Message]:
     for i, m in enumerate(msgs):
         if not isinstance(m, dict):
             raise DataError(
-                f"message {i} is {type(m).__name__}, not an object with role and content"
+                f"message {i} is {type(m).__name__}, not an object with role and content",
+                hint=_MSG_HINT,
             )
         role = m.get("role")
         if role not in ROLES:
@@ -87,26 +116,79 @@ def check_messages(msgs: Any) -> list[Message]:
                 hint=f"roles are {', '.join(ROLES)}",
             )
         if "content" not in m and not m.get("tool_calls"):
-            raise DataError(f"message {i} ({role}) has no 'content'")
+            raise DataError(
+                f"message {i} ({role}) has no 'content'",
+                hint="give it a 'content' string (or 'tool_calls' for an assistant tool call)",
+            )
         content = m.get("content")
         if content is not None and not isinstance(content, (str, list)):
             raise DataError(
-                f"message {i} ({role}) content is {type(content).__name__}, not a string"
+                f"message {i} ({role}) content is {type(content).__name__}, not a string",
+                hint='content is a string, or a list of blocks like {"type": "text", "text": "..."}',
             )
+        _check_tool_calls(i, m.get("tool_calls"))
+        _check_text(i, role, m)
         out.append(dict(m))
     return out
+
+
+_TOOL_CALL_HINT = (
+    'tool_calls is a list of {"type": "function", "function": {"name": "...", "arguments": {...}}}'
+)
+
+
+def _check_tool_calls(i: int, calls: Any) -> None:
+    # Templates loop over tool_calls and read .function.name (or .name): anything else renders
+    # as garbage or fails inside the template with an error that names no message.
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise DataError(
+            f"message {i} tool_calls is {type(calls).__name__}, not a list", hint=_TOOL_CALL_HINT
+        )
+    for j, call in enumerate(calls):
+        fn = call.get("function", call) if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise DataError(
+                f"message {i} tool_calls[{j}] has no function name", hint=_TOOL_CALL_HINT
+            )
+
+
+def _check_text(i: int, role: str, m: Message) -> None:
+    """Lone surrogates ("\\ud800" in JSON) are not Unicode: nothing can print or tokenize them."""
+    stack: list[Any] = [m]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise DataError(
+                        f"message {i} ({role}) holds a lone surrogate "
+                        f"U+{ord(v[e.start]):04X}, which is not valid Unicode text",
+                        hint="fix the \\uXXXX escapes that produced it (a broken emoji?)",
+                    ) from e
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
 
 
 def _from_sharegpt(record: dict[str, Any]) -> list[Message]:
     turns = record["conversations"]
     if not isinstance(turns, list) or not turns:
-        raise DataError("'conversations' must be a non-empty list of {from, value} objects")
+        raise DataError(
+            "'conversations' must be a non-empty list of {from, value} objects",
+            hint=_SHAREGPT_HINT,
+        )
     msgs: list[Message] = []
     if isinstance(record.get("system"), str) and record["system"]:
         msgs.append({"role": "system", "content": record["system"]})
     for i, t in enumerate(turns):
         if not isinstance(t, dict) or "from" not in t or "value" not in t:
-            raise DataError(f"conversations[{i}] needs 'from' and 'value'")
+            raise DataError(f"conversations[{i}] needs 'from' and 'value'", hint=_SHAREGPT_HINT)
         role = _SHAREGPT_ROLES.get(str(t["from"]).lower())
         if role is None:
             raise DataError(
@@ -121,13 +203,24 @@ def _from_alpaca(record: dict[str, Any]) -> list[Message]:
     instruction, inp, output = record["instruction"], record.get("input") or "", record["output"]
     for key, val in (("instruction", instruction), ("input", inp), ("output", output)):
         if not isinstance(val, str):
-            raise DataError(f"alpaca field {key!r} must be a string, got {type(val).__name__}")
+            raise DataError(
+                f"alpaca field {key!r} must be a string, got {type(val).__name__}",
+                hint=_ALPACA_HINT,
+            )
     msgs: list[Message] = []
     if isinstance(record.get("system"), str) and record["system"]:
         msgs.append({"role": "system", "content": record["system"]})
-    for pair in record.get("history") or []:
+    history = record.get("history") or []
+    if not isinstance(history, list):
+        raise DataError(
+            f"alpaca 'history' is {type(history).__name__}, not a list of [prompt, response] pairs",
+            hint=_ALPACA_HINT,
+        )
+    for pair in history:
         if not (isinstance(pair, list) and len(pair) == 2):
-            raise DataError("alpaca 'history' must be a list of [prompt, response] pairs")
+            raise DataError(
+                "alpaca 'history' must be a list of [prompt, response] pairs", hint=_ALPACA_HINT
+            )
         msgs += [{"role": "user", "content": pair[0]}, {"role": "assistant", "content": pair[1]}]
     prompt = f"{instruction}\n\n{inp}" if inp else instruction  # LLaMA-Factory's join
     msgs += [{"role": "user", "content": prompt}, {"role": "assistant", "content": output}]

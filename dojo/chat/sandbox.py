@@ -7,108 +7,39 @@ and a ``tojson`` filter that keeps key order and non-ASCII (Jinja's own escapes 
 ``{% generation %}`` blocks render their body (transformers uses them only for assistant masks).
 
 Hardening on top (a chat template is code from the internet): an unsafe attribute raises at once
-instead of becoming a silent undefined, and each render has a budget: range() items, output
-characters, the size of strings built with + / * / namespace, and wall time. jinja2 is imported
-inside functions only, so importing this module stays cheap.
+instead of becoming a silent undefined, and each render has a budget: range() items, wall time,
+memory growth, and the size of every value built. Jinja runs a filter or a method call without
+looking at the clock, so each filter, global and str/bytes method is bounded BEFORE it runs
+(dojo.chat.guards); literals, ``~`` and captured blocks are checked as they are built. jinja2 is
+imported inside functions only, so importing this module stays cheap.
 """
 
-import contextvars
+import functools
 import json
-import time
 from collections.abc import Mapping
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from dojo.chat import budget as _budget
+from dojo.chat import guards, limits
+from dojo.chat.budget import MAX_MEMORY_GROWTH, MAX_RANGE_ITEMS  # noqa: F401 - the budget's knobs
+from dojo.chat.failures import explain
+from dojo.chat.limits import Runaway as _Runaway
+from dojo.chat.limits import check_value
 from dojo.errors import TemplateError
 
-MAX_RANGE_ITEMS = 1_000_000
-"""range() items one render may iterate, summed over all range() calls (nested loops multiply)."""
 MAX_OUTPUT_CHARS = 50_000_000
 """Rendered characters (~12M tokens): far above any real conversation, far below memory limits."""
-MAX_STRING_CHARS = 50_000_000
+MAX_STRING_CHARS = limits.MAX_STRING_CHARS
 """Largest string a template may build with +, *, ~ into a namespace."""
 MAX_SECONDS = 30.0
 """Wall time of one render; real templates take milliseconds even on long conversations."""
+MAX_LIPSUM_WORDS = 1_000_000
 
-
-class _Budget:
-    def __init__(self) -> None:
-        self.deadline = time.monotonic() + MAX_SECONDS
-        self.range_left = MAX_RANGE_ITEMS
-
-    def tick(self) -> None:
-        if time.monotonic() > self.deadline:
-            raise _Runaway(f"render took longer than {MAX_SECONDS:g} s")
-
-
-class _Runaway(Exception):
-    """A template exceeded its render budget (a loop that does not end, output that explodes)."""
-
-
-_TICK_FILTER = "dojo_budget"  # the filter _parse wraps around every for-loop's iterable
-_BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
-    "dojo_chat_budget", default=None
-)
-
-
-def _budget() -> _Budget:
-    b = _BUDGET.get()
-    if b is None:  # rendering outside render_source (e.g. a test calling the template directly)
-        b = _Budget()
-        _BUDGET.set(b)
-    return b
-
-
-class _CappedRange:
-    """``range`` as the Jinja sandbox allows it (<= 100000 items), counting iterated items."""
-
-    def __init__(self, rng: range) -> None:
-        self._rng = rng
-
-    def _count(self, items: Any) -> Any:
-        b = _budget()
-        for i, x in enumerate(items):
-            if i % 1024 == 0:
-                b.tick()
-            b.range_left -= 1
-            if b.range_left < 0:
-                raise _Runaway(f"range() iterated more than {MAX_RANGE_ITEMS} items")
-            yield x
-
-    def __iter__(self) -> Any:
-        return self._count(self._rng)
-
-    def __reversed__(self) -> Any:
-        return self._count(reversed(self._rng))
-
-    def __len__(self) -> int:
-        return len(self._rng)
-
-    def __getitem__(self, i: Any) -> Any:
-        r = self._rng[i]
-        return _CappedRange(r) if isinstance(r, range) else r
-
-    def __contains__(self, x: Any) -> bool:
-        return x in self._rng
-
-    def __repr__(self) -> str:
-        return repr(self._rng)
-
-
-def _ticking(items: Any) -> Any:
-    """Yield ``items`` unchanged, checking the wall-time budget every 256 of them."""
-    b = _budget()
-    for i, x in enumerate(items):
-        if i % 256 == 0:
-            b.tick()
-        yield x
-
-
-def _check_size(value: Any) -> Any:
-    if isinstance(value, (str, list, tuple)) and len(value) > MAX_STRING_CHARS:
-        raise _Runaway(f"template built a value of {len(value)} items (limit {MAX_STRING_CHARS})")
-    return value
+_TICK_FILTER = "dojo_budget"  # wraps every for-loop's iterable
+_SIZE_FILTER = "dojo_size"  # wraps list/tuple/dict literals that are not constants
+_CONCAT_FILTER = "dojo_concat"  # replaces `a ~ b ~ c`
 
 
 @lru_cache(maxsize=1)
@@ -117,8 +48,20 @@ def _environment() -> Any:
     import jinja2.ext
     import jinja2.nodes
     from jinja2.exceptions import SecurityError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
-    from jinja2.utils import Namespace
+    from jinja2.sandbox import (
+        MAX_RANGE,
+        ImmutableSandboxedEnvironment,
+        SandboxedEscapeFormatter,
+        SandboxedFormatter,
+        safe_range,
+    )
+    from jinja2.utils import Namespace, generate_lorem_ipsum
+    from jinja2.visitor import NodeTransformer
+    from markupsafe import Markup
+
+    from dojo.chat.failures import raised_class
+
+    Raised = raised_class()
 
     class GenerationPassthrough(jinja2.ext.Extension):
         # transformers' AssistantTracker tag: the body renders unchanged.
@@ -134,8 +77,67 @@ def _environment() -> Any:
         def _body(self, caller: Any) -> str:
             return str(caller())
 
+    def wrap(node: Any, filter_name: str) -> Any:
+        return jinja2.nodes.Filter(node, filter_name, [], [], None, None, lineno=node.lineno)
+
+    def literal(node: Any) -> bool:
+        if isinstance(node, jinja2.nodes.Const):
+            return True
+        if isinstance(node, (jinja2.nodes.List, jinja2.nodes.Tuple)):
+            return all(literal(n) for n in node.items)
+        if isinstance(node, jinja2.nodes.Dict):
+            return all(literal(p.key) and literal(p.value) for p in node.items)
+        return False
+
+    class Guard(NodeTransformer):
+        # Every {% for %} iterates through _budget.ticking: nested loops over plain strings or lists
+        # call nothing the budget sees, so without this they run for hours (issue 7).
+        def visit_For(self, node: Any) -> Any:
+            self.generic_visit(node)
+            node.iter = wrap(node.iter, _TICK_FILTER)
+            return node
+
+        # [x, x, x] and {'a': x} build values Jinja never looks at: [[big] * 9] * 9 * 9...
+        def visit_List(self, node: Any) -> Any:
+            return self._container(node)
+
+        def visit_Tuple(self, node: Any) -> Any:
+            return self._container(node)
+
+        def visit_Dict(self, node: Any) -> Any:
+            return self._container(node)
+
+        def _container(self, node: Any) -> Any:
+            self.generic_visit(node)
+            if getattr(node, "ctx", "load") != "load" or literal(node):
+                return node
+            return wrap(node, _SIZE_FILTER)
+
+        def visit_Concat(self, node: Any) -> Any:
+            self.generic_visit(node)
+            return wrap(jinja2.nodes.List(node.nodes, lineno=node.lineno), _CONCAT_FILTER)
+
+    class CappedFormatter(SandboxedFormatter):
+        # str.format: each replacement field is bounded before format() builds it.
+        total = 0.0
+
+        def format_field(self, value: Any, format_spec: str) -> Any:
+            self.total += limits.format_field_bound(value, format_spec, _budget.current().known)
+            limits.refuse("the result of .format()", self.total, limits.MAX_STRING_CHARS)
+            return super().format_field(value, format_spec)
+
+        def convert_field(self, value: Any, conversion: Any) -> Any:
+            if conversion in ("r", "a"):  # repr() runs before format_field sees the value
+                bound = limits.repr_bound(value, _budget.current().known)
+                limits.refuse("the result of .format()", self.total + bound, MAX_STRING_CHARS)
+            return super().convert_field(value, conversion)
+
+    class CappedEscapeFormatter(CappedFormatter, SandboxedEscapeFormatter):
+        pass
+
     class Env(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset({"+", "*", "**"})
+        intercepted_binops = frozenset({"+", "*", "**", "%"})
+        concat = staticmethod(_budget.concat_buffer)
 
         def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
             raise SecurityError(
@@ -143,40 +145,61 @@ def _environment() -> Any:
             )
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            _budget().tick()
-            if operator == "**" and isinstance(right, int) and right > 1000:
-                raise _Runaway(f"exponent {right} is too large")
-            if operator == "*":
-                for a, b in ((left, right), (right, left)):
-                    sized = isinstance(a, (str, list, tuple)) and isinstance(b, int)
-                    if sized and len(a) * b > MAX_STRING_CHARS:
-                        raise _Runaway("template built a value beyond the size limit")
-            return _check_size(super().call_binop(context, operator, left, right))
+            b = _budget.current()
+            b.tick()
+            if operator == "+" and type(left) is str and type(right) is str:  # the common case
+                if len(left) + len(right) > limits.MAX_STRING_CHARS:
+                    raise _Runaway("template built a value beyond the size limit")
+                return b.grew(left + right)
+            _budget.binop_precheck(operator, left, right, b.known)
+            return b.grew(check_value(super().call_binop(context, operator, left, right), b.known))
 
         def _parse(self, source: str, name: str | None, filename: str | None) -> Any:
-            # Every {% for %} iterates through _ticking: nested loops over plain strings or lists
-            # call nothing the budget sees, so without this they run for hours (issue 7).
-            tree = super()._parse(source, name, filename)
-            for node in tree.find_all(jinja2.nodes.For):
-                node.iter = jinja2.nodes.Filter(
-                    node.iter, _TICK_FILTER, [], [], None, None, lineno=node.iter.lineno
-                )
-            return tree
+            return Guard().visit(super()._parse(source, name, filename))
 
         def getattr(self, obj: Any, attribute: str) -> Any:
-            _budget().tick()
+            _budget.current().tick()
             return super().getattr(obj, attribute)
 
         def getitem(self, obj: Any, argument: Any) -> Any:
-            _budget().tick()
+            _budget.current().tick()
             return super().getitem(obj, argument)
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-            _budget().tick()
-            return super().call(__context, __obj, *args, **kwargs)
+            b = _budget.current()
+            b.tick()
+            if getattr(__obj, "__name__", "") == "join" and args and guards.lazy(args[0]):
+                sep = getattr(__obj, "__self__", "")
+                sep_len = len(sep) if isinstance(sep, (str, bytes)) else 0
+                args = (guards.collect(args[0], ".join()", sep_len, b.known), *args[1:])
+            guards.method_precheck(__obj, args, kwargs, b.known)
+            return b.grew(check_value(super().call(__context, __obj, *args, **kwargs), b.known))
+
+        def wrap_str_format(self, value: Any) -> Any:
+            # jinja's own, with a formatter that bounds each field before formatting it.
+            if getattr(value, "__name__", "") not in ("format", "format_map"):
+                return None
+            f_self = getattr(value, "__self__", None)
+            if not isinstance(f_self, str) or not callable(value):
+                return None
+            str_type, is_map = type(f_self), value.__name__ == "format_map"
+
+            def wrapper(*args: Any, **kwargs: Any) -> str:
+                if is_map:
+                    if kwargs or len(args) != 1:
+                        raise TypeError("format_map() takes exactly one argument")
+                    kwargs, args = args[0], ()
+                fmt: Any = (
+                    CappedEscapeFormatter(self, escape=f_self.escape)
+                    if isinstance(f_self, Markup)
+                    else CappedFormatter(self)
+                )
+                return str_type(fmt.vformat(f_self, args, kwargs))
+
+            return functools.update_wrapper(wrapper, value)
 
     def raise_exception(message: Any) -> None:
-        raise jinja2.exceptions.TemplateError(message)
+        raise Raised(message)
 
     def tojson(
         x: Any,
@@ -190,16 +213,32 @@ def _environment() -> Any:
         )
 
     def strftime_now(format: str) -> str:  # noqa: A002 - transformers' signature
+        if isinstance(format, str):  # %c is 24 characters from 2: 64x bounds every directive
+            limits.refuse("strftime_now's result", 64 * len(format), limits.MAX_STRING_CHARS)
         return datetime.now().strftime(format)
 
-    def capped_range(*args: int) -> _CappedRange:
-        return _CappedRange(safe_range(*args))
+    def lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002
+        words = (n if isinstance(n, int) else 0) * (max if isinstance(max, int) else 0)
+        limits.refuse("lipsum's words", words, MAX_LIPSUM_WORDS)
+        return str(generate_lorem_ipsum(n=n, html=html, min=min, max=max))
+
+    def capped_range(*args: int) -> _budget.CappedRange:
+        rng = range(*args)  # O(1): its length is known before any item exists
+        try:
+            n = len(rng)
+        except OverflowError:  # more items than a C ssize_t holds
+            n = MAX_RANGE + 1
+        if n > MAX_RANGE:
+            raise _Runaway(f"Range too big: range() of {n} items (limit {MAX_RANGE})")
+        return _budget.CappedRange(safe_range(*args))
 
     class TemplateDict:
         def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
             return dict(*args, **kwargs)
 
         def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+            if args and guards.lazy(args[0]):
+                args = (list(guards.counted(args[0], "dict.fromkeys")), *args[1:])
             return dict.fromkeys(*args, **kwargs)
 
     class TemplateNamespace(Namespace):
@@ -212,8 +251,8 @@ def _environment() -> Any:
 
         def __setitem__(self, name: str, value: Any) -> None:
             TemplateNamespace._check_name(name)
-            _budget().tick()
-            Namespace.__setitem__(self, name, _check_size(value))
+            _budget.current().tick()
+            Namespace.__setitem__(self, name, _budget.check_size(value))
 
         @staticmethod
         def _check_name(name: Any) -> None:
@@ -227,15 +266,24 @@ def _environment() -> Any:
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[GenerationPassthrough, jinja2.ext.loopcontrols],
+        finalize=_budget.finalize,
     )
     env.filters["tojson"] = tojson
-    # pass_context keeps Jinja from folding a constant loop (`for x in [1, 2]`) at compile time.
-    env.filters[_TICK_FILTER] = jinja2.pass_context(lambda _ctx, items: _ticking(items))
+    env.filters["wordcount"] = guards.wordcount  # same count, without a list of every word
+    for fname, func in list(env.filters.items()):
+        env.filters[fname] = _budget.guard_filter(fname, func)
+    # pass_context keeps Jinja from folding these at compile time (`for x in [1, 2]`).
+    env.filters[_TICK_FILTER] = jinja2.pass_context(lambda _ctx, items: _budget.ticking(items))
+    env.filters[_SIZE_FILTER] = jinja2.pass_context(lambda _ctx, v: _budget.check_size(v))
+    env.filters[_CONCAT_FILTER] = jinja2.pass_context(
+        lambda _ctx, parts: _budget.concat_parts(parts)
+    )
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = TemplateDict()
     env.globals["namespace"] = TemplateNamespace
     env.globals["range"] = capped_range
+    env.globals["lipsum"] = lipsum
     return env
 
 
@@ -257,14 +305,21 @@ def compile_template(source: str, name: str) -> Any:
             f"template {name!r} does not parse: line {e.lineno}: {e.message}",
             hint="fix the Jinja syntax at that line",
         ) from e
+    except (RecursionError, MemoryError, ValueError, OverflowError) as e:
+        # a 5,000-digit number literal, or brackets nested thousands deep
+        raise TemplateError(
+            f"template {name!r} does not parse: {type(e).__name__}: {e}",
+            hint="the template is not a usable chat template; check the file is the right one",
+        ) from e
 
 
 def render_source(source: str, name: str, **context: Any) -> str:
-    """Render under the budget; every failure becomes a TemplateError naming the template."""
-    import jinja2
-
+    """Render under the budget; every failure becomes a TemplateError with a hint."""
     compiled = compile_template(source, name)
-    token = _BUDGET.set(_Budget())
+    messages = context.get("messages")
+    token = _budget.BUDGET.set(
+        _budget.Budget(*context.values(), seconds=MAX_SECONDS, output_chars=MAX_OUTPUT_CHARS)
+    )
     try:
         parts: list[str] = []
         size = 0
@@ -274,32 +329,12 @@ def render_source(source: str, name: str, **context: Any) -> str:
                 raise _Runaway(f"output grew past {MAX_OUTPUT_CHARS} characters")
             parts.append(chunk)
         return "".join(parts)
-    except jinja2.exceptions.SecurityError as e:
-        raise TemplateError(
-            f"template {name!r} was refused by the sandbox: {e}",
-            hint="a chat template may not reach Python internals; use another template",
-        ) from e
-    except jinja2.exceptions.TemplateError as e:
-        # raise_exception(...) and undefined values; the template's own words come through.
-        raise TemplateError(f"template {name!r}: {e}") from e
-    except _Runaway as e:
-        raise TemplateError(
-            f"template {name!r} stopped: {e}", hint="the template loops or grows without end"
-        ) from e
-    except RecursionError as e:
-        raise TemplateError(f"template {name!r} stopped: recursion too deep") from e
-    except (
-        TypeError,
-        ValueError,
-        KeyError,
-        IndexError,
-        AttributeError,
-        OverflowError,
-        ZeroDivisionError,
-    ) as e:
-        raise TemplateError(f"template {name!r} failed: {type(e).__name__}: {e}") from e
+    except TemplateError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the template's code raised it: say where and why
+        raise explain(e, name, source, messages) from e
     finally:
-        _BUDGET.reset(token)
+        _budget.BUDGET.reset(token)
 
 
 def plain(value: Any) -> Any:

@@ -11,7 +11,8 @@ limited ``dict``/``namespace`` globals, message keys whose value is None dropped
 aliased, ``tools``/``documents`` always defined (None when not given), and special tokens passed
 only when set. Deliberate differences (both make a hostile template fail instead of misbehave):
 any access to an unsafe attribute raises at once (transformers returns an undefined that renders
-as ''), and a render has a budget (range items, output size, string size, wall time).
+as ''), and a render has a budget (range items, output size, the size of every value built,
+memory growth, wall time), each filter/method call bounded before it runs (dojo.chat.guards).
 
 Example: ``dojo chat-template render --template qwen3 --messages chat.json``
 """
@@ -19,11 +20,13 @@ Example: ``dojo chat-template render --template qwen3 --messages chat.json``
 import contextlib
 import json
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dojo.chat import files as _files
 from dojo.chat import sandbox as _sandbox
 from dojo.chat.spans import SpanReport, locate_spans
 from dojo.errors import DataError, TemplateError
@@ -104,10 +107,16 @@ def load_template(ref: "str | Path | ChatTemplate", *, flag: str = "--template")
     text = str(ref)
     if _NAME_RE.match(text) and (templates_dir() / "chat" / f"{text}.jinja").is_file():
         return _load_bundled(text)
-    path = Path(text).expanduser()
-    if path.is_dir():
-        return _load_model_dir(path, flag)
-    if path.is_file():
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # ~nosuchuser/...: no home folder to expand to
+        path = Path(text)
+    # stat, not is_dir()/is_file(): those say False for a symlink loop, a FIFO or /dev/null,
+    # and the error would then claim there is no such file.
+    st = _files.stat_path(path, flag, TemplateError)
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            return _load_model_dir(path, flag)
         if path.name.endswith(".json"):
             return _load_tokenizer_config(path, flag)
         return ChatTemplate.from_source(_read(path, flag), name=str(path))
@@ -199,7 +208,13 @@ def prepare_messages(messages: Any) -> list[dict[str, Any]]:
                 f"message {i} is {type(m).__name__}, not an object with role and content"
             )
         chat.append({k: v for k, v in m.items() if v is not None})
-    chat = _sandbox.plain(chat)
+    try:
+        chat = _sandbox.plain(chat)
+    except RecursionError as e:  # JSON nested ~1000 deep: json.loads accepts it, copying not
+        raise DataError(
+            "messages are nested too deeply to render",
+            hint="a message holds strings, lists and objects a few levels deep, not hundreds",
+        ) from e
     # _alias_reasoning_fields: `thinking` from older names unless set, `reasoning_content` forced.
     out = []
     for m in chat:
@@ -214,16 +229,20 @@ _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
 def _read(path: Path, flag: str) -> str:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise TemplateError(f"{flag} {str(path)!r} cannot be read: {e}") from e
-    if "\x00" in text:  # a NUL byte means binary (git's and grep's rule); Jinja would echo it
-        raise TemplateError(
-            f"{flag} {str(path)!r} is a binary file, not a chat template",
-            hint="give a .jinja file, a tokenizer_config.json or a model folder",
-        )
-    return text
+    return _files.read_text(
+        path,
+        flag,
+        TemplateError,
+        regular_only=True,
+        what="a .jinja file, a tokenizer_config.json or a model folder",
+        noun="a chat template",
+    )
+
+
+def _present(path: Path, flag: str) -> bool:
+    """A regular file is there (a loop or a broken link inside a model folder is an error)."""
+    st = _files.stat_path(path, flag, TemplateError)
+    return st is not None and not stat.S_ISDIR(st.st_mode)
 
 
 def _load_bundled(name: str) -> ChatTemplate:
@@ -273,10 +292,16 @@ def _special_tokens(folder: Path, config: Mapping[str, Any]) -> dict[str, str]:
 def _json_file(path: Path, flag: str) -> dict[str, Any]:
     try:
         data = json.loads(_read(path, flag))
-    except ValueError as e:
-        raise TemplateError(f"{flag} {str(path)!r} is not valid JSON: {e}") from e
+    except (ValueError, RecursionError) as e:
+        raise TemplateError(
+            f"{flag} {str(path)!r} is not valid JSON: {e}",
+            hint="a tokenizer_config.json is one JSON object; is the file complete?",
+        ) from e
     if not isinstance(data, dict):
-        raise TemplateError(f"{flag} {str(path)!r} is not a JSON object")
+        raise TemplateError(
+            f"{flag} {str(path)!r} is not a JSON object",
+            hint="a tokenizer_config.json is one JSON object with a 'chat_template' key",
+        )
     return data
 
 
@@ -289,7 +314,10 @@ def _pick_template(value: Any, where: str, flag: str) -> str:
         named = {d.get("name"): d.get("template") for d in value if isinstance(d, dict)}
         if isinstance(named.get("default"), str):
             return str(named["default"])
-    raise TemplateError(f"{flag} {where}: 'chat_template' is not a template string")
+    raise TemplateError(
+        f"{flag} {where}: 'chat_template' is not a template string",
+        hint='it must be a string, or a list of {"name": ..., "template": ...} with a "default"',
+    )
 
 
 def _load_tokenizer_config(path: Path, flag: str) -> ChatTemplate:
@@ -305,12 +333,12 @@ def _load_tokenizer_config(path: Path, flag: str) -> ChatTemplate:
 
 def _load_model_dir(folder: Path, flag: str) -> ChatTemplate:
     cfg_path = folder / "tokenizer_config.json"
-    config = _json_file(cfg_path, flag) if cfg_path.is_file() else {}
+    config = _json_file(cfg_path, flag) if _present(cfg_path, flag) else {}
     tokens = _special_tokens(folder, config)
     jinja = (
         folder / "chat_template.jinja"
     )  # transformers >= 4.43 saves it separately, and prefers it
-    if jinja.is_file():
+    if _present(jinja, flag):
         return _with_tokens(_read(jinja, flag), str(jinja), tokens)
     if "chat_template" in config:
         return _with_tokens(

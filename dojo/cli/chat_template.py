@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from dojo import _output
-from dojo.errors import DataError, DojoError
+from dojo.errors import DataError, DojoError, TemplateError
 
 chat_app = typer.Typer(
     no_args_is_help=True,
@@ -159,7 +159,7 @@ def render_cmd(
         eos_token=eos_token,
         **parse_vars(var),
     )
-    _output.echo(out, end="")
+    _output.echo(_checked_text(out, "the rendering"), end="")
 
 
 @chat_app.command("check")
@@ -183,6 +183,7 @@ def check_cmd(
     tpl = load_template(template)
     msgs = read_messages(messages) if messages is not None else None
     rep = check(tpl, msgs, **parse_vars(var))
+    _checked_text(rep.spans.text, "the rendering")
     if as_json:
         _output.echo(_output.dumps(rep.to_dict()))
         return
@@ -218,24 +219,70 @@ def _yn(flag: bool) -> str:
 
 
 def _read_json(arg: str, flag: str) -> Any:
-    try:
-        raw = sys.stdin.read() if arg == "-" else Path(arg).read_text(encoding="utf-8")
-    except OSError as e:
-        raise DataError(
-            f"{flag} {arg!r} cannot be read: {e.strerror or e}",
-            hint="give a JSON file path, or - for stdin",
-        ) from e
+    from dojo.chat import files
+
+    if arg == "-":
+        raw = _read_stdin(flag)
+    else:
+        raw = files.read_text(
+            Path(arg),
+            flag,
+            DataError,
+            regular_only=False,
+            what="a JSON file, or - for stdin",
+            noun="JSON",
+        )
     if not raw.strip():
         raise DataError(f"{flag} {arg!r} is empty", hint="the file must hold one JSON conversation")
     if "\x00" in raw:  # a NUL byte means binary (git's and grep's rule)
         raise DataError(f"{flag} {arg!r} is a binary file, not JSON", hint="give a .json file")
     try:
         return json.loads(raw)
+    except RecursionError as e:
+        raise DataError(
+            f"{flag} {arg!r} nests lists/objects too deeply to parse",
+            hint="a conversation nests a few levels deep (messages, content blocks, arguments)",
+        ) from e
     except ValueError as e:
         raise DataError(
             f"{flag} {arg!r} is not valid JSON: {e}",
             hint="the file must hold one JSON conversation",
         ) from e
+
+
+def _read_stdin(flag: str) -> str:
+    from dojo.chat import files
+
+    buffer = getattr(sys.stdin, "buffer", None)
+    try:
+        if buffer is None:  # a text stream (tests, embedding): already decoded
+            return sys.stdin.read(files.MAX_FILE_BYTES + 1)[: files.MAX_FILE_BYTES + 1]
+        data = buffer.read(files.MAX_FILE_BYTES + 1)
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(
+            f"{flag} '-' (stdin) cannot be read: {e}", hint="pipe a JSON file in"
+        ) from e
+    if len(data) > files.MAX_FILE_BYTES:
+        raise DataError(
+            f"{flag} '-' (stdin) is larger than {files.MAX_FILE_BYTES >> 20} MiB",
+            hint="one conversation is far smaller; is it the right input?",
+        )
+    return files.decode(data, f"{flag} '-' (stdin)", DataError)
+
+
+def _checked_text(text: str, what: str) -> str:
+    """``text``, or a TemplateError when it cannot be written as UTF-8 (a lone surrogate from a
+    --var, a token, or the template itself), instead of a UnicodeEncodeError at print time."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise TemplateError(
+            f"{what} holds U+{ord(text[e.start]):04X} at character {e.start}, a lone "
+            "surrogate that cannot be written as UTF-8",
+            hint="it came from a --var/--bos-token/--eos-token value or the template: "
+            "pass valid UTF-8 text",
+        ) from e
+    return text
 
 
 def read_messages(arg: str) -> list[dict[str, Any]]:
@@ -278,6 +325,6 @@ def parse_vars(items: list[str] | None) -> dict[str, Any]:
             )
         try:
             out[key] = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             out[key] = value
     return out
