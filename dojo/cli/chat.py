@@ -23,20 +23,29 @@ def chat_cmd(
     ],
     prompt: Annotated[
         str | None,
-        typer.Option("--prompt", "-p", metavar="TEXT", help="Answer this one message on stdout, then exit."),
+        typer.Option(
+            "--prompt", "-p", metavar="TEXT", help="Answer this one message on stdout, then exit."
+        ),
     ] = None,
     system: Annotated[
-        str | None, typer.Option("--system", metavar="TEXT", help="System message put before the conversation.")
+        str | None,
+        typer.Option(
+            "--system", metavar="TEXT", help="System message put before the conversation."
+        ),
     ] = None,
     max_new_tokens: Annotated[
-        int, typer.Option("--max-new-tokens", min=1, metavar="INT", help="Longest answer, in tokens.")
+        int,
+        typer.Option("--max-new-tokens", min=1, metavar="INT", help="Longest answer, in tokens."),
     ] = 512,
     temperature: Annotated[
         float,
-        typer.Option("--temperature", min=0.0, metavar="NUMBER", help="Sampling temperature; 0 = greedy."),
+        typer.Option(
+            "--temperature", min=0.0, metavar="NUMBER", help="Sampling temperature; 0 = greedy."
+        ),
     ] = 0.7,
     device: Annotated[
-        str, typer.Option("--device", metavar="auto|cpu|cuda", help="auto = a GPU when there is one.")
+        str,
+        typer.Option("--device", metavar="auto|cpu|cuda", help="auto = a GPU when there is one."),
     ] = "auto",
     template: Annotated[
         str | None,
@@ -62,7 +71,9 @@ def chat_cmd(
     from dojo.train import outputs
 
     if device not in DEVICES:
-        raise DojoError(f"--device {device!r} is not one of {', '.join(DEVICES)}", hint="--device auto")
+        raise DojoError(
+            f"--device {device!r} is not one of {', '.join(DEVICES)}", hint="--device auto"
+        )
     if prompt is not None and not prompt.strip():
         raise DojoError("--prompt is empty", hint="give the message to answer: --prompt TEXT")
     outputs.require_extras("chat", adapter=False)

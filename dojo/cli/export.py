@@ -23,7 +23,9 @@ def export_cmd(
     ],
     output: Annotated[
         str | None,
-        typer.Option("--output", "-o", metavar="DIR", help="Folder to write [default: RUN_DIR/export]."),
+        typer.Option(
+            "--output", "-o", metavar="DIR", help="Folder to write [default: RUN_DIR/export]."
+        ),
     ] = None,
     dtype: Annotated[
         str | None,

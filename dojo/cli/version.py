@@ -16,7 +16,9 @@ def _show(value: bool) -> None:
 def root(
     version: Annotated[
         bool,
-        typer.Option("--version", help="Print dojo's version and exit.", callback=_show, is_eager=True),
+        typer.Option(
+            "--version", help="Print dojo's version and exit.", callback=_show, is_eager=True
+        ),
     ] = False,
 ) -> None:
     """Fine-tune open LLMs with DeepSpeed: ZeRO configs, memory estimates, launch, chat templates."""

@@ -292,7 +292,9 @@ def check_repo_id(repo: str) -> str:
             hint="give OWNER/NAME, e.g. --push-to-hub my-org/my-model",
         )
     if importlib.util.find_spec("huggingface_hub") is None:
-        raise MissingExtraError("--push-to-hub needs huggingface_hub", hint="pip install 'dojo[train]'")
+        raise MissingExtraError(
+            "--push-to-hub needs huggingface_hub", hint="pip install 'dojo[train]'"
+        )
     from huggingface_hub import constants, get_token
 
     if constants.HF_HUB_OFFLINE:

@@ -77,8 +77,41 @@ def test_chat_prompt_streams_the_runs_answer(lora_run: Path) -> None:
     r = dojo("chat", str(lora_run), "--prompt", "hi", "--max-new-tokens", "5", "--temperature", "0")
     assert r.returncode == 0, r.stderr[-3000:]
     want = greedy(base_plus_adapter(lora_run), lora_run, [{"role": "user", "content": "hi"}], 5)
-    assert r.stdout == want + "\n"
+    assert r.stdout == want + "\n" and r.stdout.strip()  # seeded: the tiny run says something
     assert "Traceback" not in r.stderr
+
+
+def test_chat_loop_keeps_the_conversation(
+    lora_run: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import builtins
+
+    from dojo.train import outputs
+    from dojo.train.worker import serve
+
+    said = iter(["hi", "", "more", "/reset", "hi"])
+
+    def typed(prompt: str = "") -> str:
+        try:
+            return next(said)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr(builtins, "input", typed)
+    rc = serve.run(
+        outputs.inspect(lora_run), prompt=None, system=None, max_new_tokens=4, temperature=0,
+        device="cpu", interactive=True,
+    )  # fmt: skip
+    assert rc == 0
+    first, second, third = capsys.readouterr().out.split("\n")[:3]
+    model = base_plus_adapter(lora_run)
+    assert first == third == greedy(model, lora_run, [{"role": "user", "content": "hi"}], 4)
+    turns = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "more"},
+    ]
+    assert second == greedy(model, lora_run, turns, 4)  # the answer saw the first exchange
 
 
 def test_chat_full_run_with_system_from_stdin(full_run: Path, cli: Any, monkeypatch: Any) -> None:
@@ -88,8 +121,13 @@ def test_chat_full_run_with_system_from_stdin(full_run: Path, cli: Any, monkeypa
     r = cli("chat", str(full_run), "--system", "Be brief.", "--max-new-tokens", "8",
             "--temperature", "0", "--device", "cpu")  # fmt: skip
     assert r.exit_code == 0, r.stderr
-    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is ZeRO?"}]
-    assert r.stdout == greedy(AutoModelForCausalLM.from_pretrained(full_run), full_run, msgs, 8) + "\n"
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is ZeRO?"},
+    ]
+    assert (
+        r.stdout == greedy(AutoModelForCausalLM.from_pretrained(full_run), full_run, msgs, 8) + "\n"
+    )
 
 
 def test_chat_sampling_runs(lora_run: Path, cli: Any) -> None:
@@ -168,3 +206,19 @@ def test_chat_on_a_checkpoint(lora_run: Path, cli: Any) -> None:
     assert r.exit_code == 0, r.stderr
     want = greedy(base_plus_adapter(lora_run), lora_run, [{"role": "user", "content": "hi"}], 5)
     assert r.stdout == want + "\n"  # the last checkpoint holds the final adapter
+
+
+def test_chat_cuda_without_a_gpu_is_refused(lora_run: Path, cli: Any) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    r = cli("chat", str(lora_run), "-p", "hi", "--device", "cuda")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert "error: --device cuda: no CUDA GPU" in r.stderr and "hint: use --device cpu" in r.stderr
+
+
+@pytest.mark.gpu
+def test_chat_on_the_gpu(lora_run: Path) -> None:
+    r = dojo("chat", str(lora_run), "-p", "hi", "--max-new-tokens", "5", "--device", "cuda")
+    assert r.returncode == 0 and r.stdout.endswith("\n"), r.stderr[-3000:]

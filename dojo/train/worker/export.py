@@ -32,7 +32,7 @@ from dojo.train.worker.serve import (
 def generation_config(model: Any, tokenizer: Any, template: Any) -> tuple[Any, list[str]]:
     """The base's generation config with eos = end-of-turn + eos ids; the stops left out."""
     own = getattr(model, "generation_config", None)
-    gen = copy.deepcopy(own) if own is not None else GenerationConfig()
+    gen = copy.deepcopy(own) if own is not None else GenerationConfig()  # type: ignore[no-untyped-call]
     ids, missing = stop_ids(tokenizer, stop_texts(template, tokenizer.eos_token))
     gen.eos_token_id = ids[0] if len(ids) == 1 else ids
     if tokenizer.bos_token_id is not None:

@@ -6,6 +6,7 @@ apply_chat_template, add_generation_prompt=True), and streams the reply to stdou
 generated, stopping on the template's end-of-turn token and the tokenizer's eos.
 """
 
+import contextlib
 import logging
 import os
 import sys
@@ -51,10 +52,14 @@ def load_tokenizer(out: RunOutput) -> Any:
     return AutoTokenizer.from_pretrained(out.tokenizer, trust_remote_code=out.run.trust_remote_code)
 
 
-def load_model(out: RunOutput, dtype: Any, tokenizer: Any, *, merge: bool = True) -> Any:
+def load_model(
+    out: RunOutput, dtype: Any, tokenizer: Any, *, merge: bool = True, device: str = "cpu"
+) -> Any:
     """The trained model in ``dtype``: an adapter goes on its base loaded unquantized (a QLoRA
     adapter too: merging into 4-bit weights would be lossy, and the CPU has no 4-bit kernels)."""
-    kw = {"dtype": dtype, "trust_remote_code": out.run.trust_remote_code}
+    kw: dict[str, Any] = {"dtype": dtype, "trust_remote_code": out.run.trust_remote_code}
+    if device != "cpu":  # straight onto the GPU, never a whole copy in host memory first
+        kw["device_map"] = {"": device}
     if out.kind != "adapter":
         return _serving(AutoModelForCausalLM.from_pretrained(str(out.weights), **kw))
     from peft import PeftModel
@@ -113,7 +118,7 @@ class Session:
         dtype = DTYPES["fp32" if device == "cpu" and prec == "fp16" else prec]
         self.tokenizer = load_tokenizer(out)
         self.template = load_template(out, self.tokenizer, template)
-        self.model = load_model(out, dtype, self.tokenizer).to(device).eval()
+        self.model = load_model(out, dtype, self.tokenizer, device=device).eval()
         self.device = device
         stops = stop_texts(self.template, self.tokenizer.eos_token)
         self.eos_ids, self.stop_strings = stop_ids(self.tokenizer, stops)
@@ -177,7 +182,11 @@ def run(
     where = pick_device(device)
     session = Session(out, where, template)
     head: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    gen = {"max_new_tokens": max_new_tokens, "temperature": temperature, "write": _write}
+    gen: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        "write": _write,
+    }
     if prompt is not None:
         session.reply([*head, {"role": "user", "content": prompt}], **gen)
         _write("\n")
@@ -195,10 +204,8 @@ def run(
 def _loop(
     session: Session, out: RunOutput, where: str, head: list[dict[str, Any]], gen: dict[str, Any]
 ) -> int:
-    try:
+    with contextlib.suppress(ImportError):
         import readline  # noqa: F401 - line editing and history for input()
-    except ImportError:
-        pass
     sys.stderr.write(
         f"dojo chat: {out.describe()}, template {session.template.name}, {where}\n"
         "/reset starts over, /exit or Ctrl-D quits, Ctrl-C stops an answer\n"
