@@ -34,10 +34,12 @@ def generation_config(model: Any, tokenizer: Any, template: Any) -> tuple[Any, l
     own = getattr(model, "generation_config", None)
     gen = copy.deepcopy(own) if own is not None else GenerationConfig()  # type: ignore[no-untyped-call]
     ids, missing = stop_ids(tokenizer, stop_texts(template, tokenizer.eos_token))
-    gen.eos_token_id = ids[0] if len(ids) == 1 else ids
+    if ids:  # else the base's own eos stays
+        gen.eos_token_id = ids[0] if len(ids) == 1 else ids
     if tokenizer.bos_token_id is not None:
         gen.bos_token_id = tokenizer.bos_token_id
-    gen.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else ids[0]
+    if tokenizer.pad_token_id is not None or ids:
+        gen.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else ids[0]
     return gen, missing
 
 

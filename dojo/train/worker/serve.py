@@ -145,10 +145,8 @@ class Session:
         streamer = _Streamer(self.tokenizer, self.stops, write)
         kw: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
-            "eos_token_id": self.eos_ids,
-            "pad_token_id": self.tokenizer.pad_token_id
-            if self.tokenizer.pad_token_id is not None
-            else self.eos_ids[0],
+            "eos_token_id": self.eos_ids or None,
+            "pad_token_id": _first(self.tokenizer.pad_token_id, *self.eos_ids),
             "streamer": streamer,
         }
         if temperature > 0:
@@ -160,6 +158,10 @@ class Session:
         with torch.inference_mode():
             self.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
         return streamer.filter.text
+
+
+def _first(*ids: int | None) -> int | None:
+    return next((i for i in ids if i is not None), None)
 
 
 def _write(text: str) -> None:
