@@ -1,4 +1,5 @@
-"""`dojo --help`, `config`, `estimate` and `chat-template` must not import the training stack."""
+"""`dojo --help`, `--version`, `config`, `estimate`, `chat-template`, and `chat`/`export` until
+a run folder checks out, must not import the training stack."""
 
 import json
 import subprocess
@@ -51,6 +52,11 @@ def test_help_imports_nothing_heavy() -> None:
         ["config", "--stage", "2"],
         ["estimate", "--model", "7b", "--json"],
         ["chat-template", "list"],
+        ["--version"],
+        ["chat", "--help"],
+        ["export", "--help"],
+        ["chat", "/nonexistent/run", "--prompt", "hi"],  # refused before any model loads
+        ["export", "/nonexistent/run"],
     ],
 )
 def test_commands_do_not_import_training_stack(args: list[str]) -> None:

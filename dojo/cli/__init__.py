@@ -10,6 +10,7 @@ import sys
 import typer
 
 from dojo import _output
+from dojo.cli import chat, export, version
 from dojo.cli.chat_template import chat_app
 from dojo.cli.config import config_cmd
 from dojo.cli.estimate import estimate_cmd
@@ -29,6 +30,9 @@ app.command("config")(config_cmd)
 app.command("estimate")(estimate_cmd)
 app.command("train", context_settings={"allow_interspersed_args": True})(train_cmd)
 app.add_typer(chat_app, name="chat-template")
+app.command("chat")(chat.chat_cmd)
+app.command("export")(export.export_cmd)
+app.callback()(version.root)
 
 
 def _debug() -> bool:
