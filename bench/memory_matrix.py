@@ -30,7 +30,29 @@ from dojo.architectures import ARCHITECTURES  # noqa: E402
 from dojo.estimate import Setup, estimate  # noqa: E402
 from dojo.modelspec import resolve_model  # noqa: E402
 
-SHAPES = {"1b": "llama-3.2-1b", "7b": "llama-2-7b"}
+SHAPES = {
+    "1b": "llama-3.2-1b",
+    "7b": "llama-2-7b",
+    "l1b": "llama-3.2-1b",
+    "l8b": "llama-3.1-8b",
+    "q15": "qwen2.5-1.5b",
+    "g2b": "gemma-2-2b",
+    "q3": "qwen3-1.7b",
+}
+EXTRA_ARCHS = {
+    # Qwen/Qwen3-1.7B config.json (not in dojo's table): GQA 16/8, head_dim 128, tied, 152k vocab.
+    "qwen3-1.7b": {
+        "model_type": "qwen3",
+        "hidden_size": 2048,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 6144,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -90,15 +112,15 @@ MATRIX = {
 def prepare_model(shape: str, root: Path) -> Path:
     """config.json of the real shape + the bundled tiny tokenizer + random bf16 weights (once)."""
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     folder = root / f"model-{shape}"
     if (folder / "config.json").exists() and any(folder.glob("*.safetensors")):
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = dict(ARCHITECTURES[SHAPES[shape]])
-    cfg.pop("model_type", None)
-    config = LlamaConfig(**cfg, max_position_embeddings=8192)
+    cfg = dict({**ARCHITECTURES, **EXTRA_ARCHS}[SHAPES[shape]])
+    kind = cfg.pop("model_type")
+    config = AutoConfig.for_model(kind, **cfg, max_position_embeddings=32768)
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)

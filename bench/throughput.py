@@ -1,7 +1,12 @@
-"""Training speed: `dojo train` against the plain HF Trainer + DeepSpeed ZeRO-2 baseline
+"""Training speed: `dojo train` against the plain HF Trainer + DeepSpeed baseline
 (bench/baseline_trainer.py), same model, data and GPU, runs alternating.
 
     source bench/gpu_setup.sh && python3 bench/throughput.py --out $OUT/throughput.json
+    python3 bench/throughput.py --out $OUT/tp.json --plan T1:baseline T1:dojo T2:dojo-liger-off
+
+--plan runs CASE:SYSTEM items in order (session 3, issue 13): SYSTEM is baseline, dojo (its
+defaults) or a dojo variant from VARIANTS (extra flags and/or bench/hook settings: DeepSpeed
+zero_optimization overrides, torch profiler). Without --plan it runs the session-2 matrix below.
 
 Two datasets: fixed-length (every sample longer than --seq-len, truncated: no padding anywhere)
 and a realistic SFT mix (log-normal lengths, a few dozen to a few thousand tokens). Reported:
@@ -12,10 +17,12 @@ bf16 peak, and peak memory.
 import argparse
 import json
 import math
+import os
 import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -30,11 +37,101 @@ PEAK_BF16 = 989e12
 """H200 SXM dense bf16 FLOP/s (NVIDIA datasheet; the same Hopper tensor cores as the H100)."""
 
 
+CASES: dict[str, dict[str, Any]] = {
+    # name: shape, method, zero, micro-batch, seq, grad ckpt, dataset, steps
+    "T1": {
+        "shape": "1b",
+        "method": "full",
+        "zero": 2,
+        "mb": 4,
+        "seq": 2048,
+        "ckpt": False,
+        "data": "fixed",
+    },
+    "T2": {
+        "shape": "1b",
+        "method": "full",
+        "zero": 3,
+        "mb": 4,
+        "seq": 2048,
+        "ckpt": False,
+        "data": "fixed",
+    },
+    "T3": {
+        "shape": "1b",
+        "method": "lora",
+        "zero": 2,
+        "mb": 4,
+        "seq": 2048,
+        "ckpt": False,
+        "data": "fixed",
+    },
+    "T4": {
+        "shape": "1b",
+        "method": "lora",
+        "zero": 3,
+        "mb": 4,
+        "seq": 2048,
+        "ckpt": False,
+        "data": "fixed",
+    },
+    "T5": {
+        "shape": "1b",
+        "method": "qlora",
+        "zero": 2,
+        "mb": 4,
+        "seq": 2048,
+        "ckpt": True,
+        "data": "fixed",
+    },
+    "T6": {
+        "shape": "1b",
+        "method": "full",
+        "zero": 2,
+        "mb": 4,
+        "seq": 2048,
+        "ckpt": False,
+        "data": "mix",
+    },
+    "T7": {
+        "shape": "7b",
+        "method": "full",
+        "zero": 3,
+        "mb": 2,
+        "seq": 2048,
+        "ckpt": True,
+        "data": "fixed",
+    },
+}
+_Z3_BIG = {
+    "stage3_param_persistence_threshold": 10_000_000,
+    "stage3_prefetch_bucket_size": 500_000_000,
+    "reduce_bucket_size": 500_000_000,
+}
+VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "dojo": ([], {}),
+    "dojo-liger-off": (["--liger", "off"], {}),
+    "dojo-z3-persist1e7": (
+        [],
+        {"DOJO_BENCH_DS": json.dumps({"stage3_param_persistence_threshold": 10_000_000})},
+    ),
+    "dojo-z3-prefetch5e8": (
+        [],
+        {"DOJO_BENCH_DS": json.dumps({"stage3_prefetch_bucket_size": 500_000_000})},
+    ),
+    "dojo-z3-big": ([], {"DOJO_BENCH_DS": json.dumps(_Z3_BIG)}),
+    "dojo-z3-big-liger-off": (["--liger", "off"], {"DOJO_BENCH_DS": json.dumps(_Z3_BIG)}),
+    "dojo-compile": (["--compile", "on"], {}),
+    "dojo-log100": (["--logging-steps", "100"], {}),
+    "dojo-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
+}
+
+
 def make_datasets(work: Path, seq_len: int) -> dict[str, Path]:
     rng = random.Random(0)
     fixed, mix = work / "fixed.jsonl", work / "mix.jsonl"
     fixed.write_text(
-        "".join(json.dumps(synthetic_chat(rng, seq_len * 2, q=40)) + "\n" for _ in range(600))
+        "".join(json.dumps(synthetic_chat(rng, seq_len * 2, q=40)) + "\n" for _ in range(200))
     )
     # log-normal: median ~350 words, clipped to 20..3000 (SFT sets are dominated by short turns
     # with a long tail; ShareGPT-like).
@@ -48,15 +145,28 @@ def flops_per_token(spec, t_eff: float) -> float:  # type: ignore[no-untyped-def
     return 6 * spec.params + 12 * spec.num_layers * spec.hidden_size * t_eff
 
 
-def run_dojo(model: Path, data: Path, out: Path, a: argparse.Namespace, extra: list[str]) -> dict:
+def legacy_case(a: argparse.Namespace, data: str) -> dict[str, Any]:
+    return {"shape": "1b", "method": "full", "zero": 2, "mb": a.micro_batch, "seq": a.seq_len, "ckpt": False,
+                "data": data}  # fmt: skip
+
+
+def run_dojo(
+    model: Path, data: Path, out: Path, case: dict[str, Any], steps: int, extra: list[str],
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     cmd = [
         sys.executable, "-m", "dojo", "train", "--gpus", "0", "--model", str(model),
-        "--data", str(data), "--template", "chatml", "--method", "full", "--zero", "2",
-        "--micro-batch", str(a.micro_batch), "--seq-len", str(a.seq_len), "--packing",
-        "--max-steps", str(a.steps), "--save-steps", "0", "--no-save-model",
+        "--data", str(data), "--template", "chatml", "--method", case["method"],
+        "--zero", str(case["zero"]), "--micro-batch", str(case["mb"]),
+        "--seq-len", str(case["seq"]), "--packing",
+        "--grad-ckpt" if case["ckpt"] else "--no-grad-ckpt",
+        "--max-steps", str(steps), "--save-steps", "0", "--no-save-model",
         "--output-dir", str(out), "--force", *extra,
     ]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    e = {**os.environ, **(env or {})}
+    if env:  # bench-only hooks (DeepSpeed overrides, profiler), never part of dojo
+        e["PYTHONPATH"] = f"{REPO / 'bench' / 'hook'}:{e.get('PYTHONPATH', '')}"
+    p = subprocess.run(cmd, capture_output=True, text=True, env=e)
     (out.parent / f"{out.name}.log").write_text(p.stdout + p.stderr)
     s = json.loads((out / "dojo_summary.json").read_text()) if p.returncode == 0 else {}
     return {
@@ -66,12 +176,16 @@ def run_dojo(model: Path, data: Path, out: Path, a: argparse.Namespace, extra: l
     }
 
 
-def run_baseline(model: Path, data: Path, out: Path, a: argparse.Namespace) -> dict:
+def run_baseline(
+    model: Path, data: Path, out: Path, case: dict[str, Any], steps: int
+) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "deepspeed.launcher.runner", "--include", "localhost:0",
         "--master_port", "29611", str(REPO / "bench" / "baseline_trainer.py"), "--model", str(model),
-        "--data", str(data), "--out", str(out), "--seq-len", str(a.seq_len),
-        "--micro-batch", str(a.micro_batch), "--max-steps", str(a.steps),
+        "--data", str(data), "--out", str(out), "--seq-len", str(case["seq"]),
+        "--micro-batch", str(case["mb"]), "--max-steps", str(steps),
+        "--zero", str(case["zero"]), "--method", case["method"],
+        *(["--grad-ckpt"] if case["ckpt"] else []),
     ]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True)
     (out.parent / f"{out.name}.log").write_text(p.stdout + p.stderr)
@@ -82,6 +196,58 @@ def run_baseline(model: Path, data: Path, out: Path, a: argparse.Namespace) -> d
         **s,
         "tail": "" if p.returncode == 0 else (p.stdout + p.stderr)[-1500:],
     }
+
+
+def measured(
+    r: dict[str, Any], spec: Any, case: dict[str, Any], system: str, flags: str
+) -> dict[str, Any]:
+    tps = r.get("tokens_per_s_after_step1") or 0.0
+    # Attention flops need each sample's length; only fixed-length data has one.
+    t_eff = case["seq"] if case["data"] == "fixed" else 0
+    return {
+        "dataset": case["data"],
+        "system": system,
+        "flags": flags,
+        "rc": r["rc"],
+        "real_tokens_per_s": round(tps),
+        "mfu_6n": round(tps * 6 * spec.params / PEAK_BF16, 4),
+        "mfu": round(tps * flops_per_token(spec, t_eff) / PEAK_BF16, 4) if t_eff else None,
+        "peak_alloc_gib": r.get("peak_allocated_gib_after_step1"),
+        "peak_reserved_gib": r.get("peak_reserved_gib_after_step1"),
+        "peak_gpu_gib_run": r.get("peak_gpu_gib"),
+        "train_seconds": r.get("train_seconds") or r.get("train_seconds_after_step1"),
+        "tail": r["tail"],
+    }
+
+
+def run_plan(a: argparse.Namespace, work: Path) -> None:
+    """--plan CASE:SYSTEM items in order; models and datasets made once per shape."""
+    results: list[dict[str, Any]] = []
+    models: dict[str, Path] = {}
+    data = make_datasets(work, 2048)
+    for n, item in enumerate(a.plan):
+        name, system = item.split(":")
+        case = CASES[name]
+        if case["shape"] not in models:
+            models[case["shape"]] = prepare_model(case["shape"], work)
+        model = models[case["shape"]]
+        spec = resolve_model(str(model / "config.json"))
+        steps = a.steps if case["shape"] == "1b" else a.steps_7b
+        out = work / f"tp3-{n}-{name}-{system}"
+        flags, env = VARIANTS.get(system, ([], {}))
+        if system == "baseline":
+            r = run_baseline(model, data[case["data"]], out, case, steps)
+        else:
+            if "DOJO_BENCH_PROFILE" in env:
+                env = {"DOJO_BENCH_PROFILE": str(Path(a.out).parent / f"profile-{name}.txt")}
+            r = run_dojo(model, data[case["data"]], out, case, steps, flags, env)
+        row = {"case": name, **case, "item": n, **measured(r, spec, case, system, " ".join(flags))}
+        row["env"] = env
+        results.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "tail"}), flush=True)
+        if row["rc"]:
+            print(row["tail"], flush=True)
+        Path(a.out).write_text(json.dumps(results, indent=1))
 
 
 def main() -> None:
@@ -100,7 +266,14 @@ def main() -> None:
         help="NAME=extra dojo train flags, repeatable (default: dojo=, the defaults)",
     )
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--plan", nargs="*", help="CASE:SYSTEM items (CASES, VARIANTS), in order")
+    ap.add_argument("--steps-7b", type=int, default=8)
     a = ap.parse_args()
+    if a.plan:
+        work = Path(a.work)
+        work.mkdir(parents=True, exist_ok=True)
+        run_plan(a, work)
+        return
     variants = [v.partition("=")[::2] for v in (a.variant or ["dojo="])]
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -116,29 +289,12 @@ def main() -> None:
                 continue
             for system, flags in systems:  # alternate, baseline first each time
                 out = work / f"tp-{name}-{system}-{rep}"
+                case = legacy_case(a, name)
                 if system == "baseline":
-                    r = run_baseline(model, path, out, a)
+                    r = run_baseline(model, path, out, case, a.steps)
                 else:
-                    r = run_dojo(model, path, out, a, flags.split())
-                tps = r.get("tokens_per_s_after_step1") or 0.0
-                # Attention flops need each sample's length; only fixed-length data has one.
-                t_eff = a.seq_len if name == "fixed" else 0
-                row = {
-                    "dataset": name,
-                    "system": system,
-                    "flags": flags,
-                    "rep": rep,
-                    "rc": r["rc"],
-                    "real_tokens_per_s": round(tps),
-                    "mfu_6n": round(tps * 6 * spec.params / PEAK_BF16, 4),
-                    "mfu": round(tps * flops_per_token(spec, t_eff) / PEAK_BF16, 4)
-                    if t_eff
-                    else None,
-                    "peak_alloc_gib": r.get("peak_allocated_gib_after_step1"),
-                    "peak_reserved_gib": r.get("peak_reserved_gib_after_step1"),
-                    "train_seconds": r.get("train_seconds"),
-                    "tail": r["tail"],
-                }
+                    r = run_dojo(model, path, out, case, a.steps, flags.split())
+                row = {"rep": rep, **measured(r, spec, case, system, flags)}
                 results.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k != "tail"}), flush=True)
                 if row["rc"]:

@@ -1,0 +1,116 @@
+"""Bench-only hooks for `dojo train` runs (never imported by dojo itself): put bench/hook first on
+PYTHONPATH and set
+
+- DOJO_BENCH_DS='{"stage3_param_persistence_threshold": 1e7}': merged into the DeepSpeed
+  config's zero_optimization when accelerate calls deepspeed.initialize (ZeRO-3 reads its
+  prefetch / live-parameter / persistence settings there), to try variants without editing dojo;
+- DOJO_BENCH_PROFILE=FILE: torch.profiler over optimizer steps 4-6; the top CUDA ops go to FILE
+  (and FILE.cpu for the host side), plus each profiled step's wall time.
+
+Both wrap functions after their module is first imported (a meta-path finder), so nothing is
+imported early and runs without the variables are untouched.
+"""
+
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+
+_DS = os.environ.get("DOJO_BENCH_DS")
+_PROFILE = os.environ.get("DOJO_BENCH_PROFILE")
+
+
+def _patch_deepspeed(mod):  # type: ignore[no-untyped-def]
+    orig = mod.initialize
+    extra = json.loads(_DS or "{}")
+
+    def initialize(*args, **kw):  # type: ignore[no-untyped-def]
+        for key in ("config", "config_params"):
+            cfg = kw.get(key)
+            if isinstance(cfg, dict) and "zero_optimization" in cfg:
+                cfg["zero_optimization"].update(extra)
+                print(f"[bench hook] zero_optimization += {extra}", flush=True)
+        return orig(*args, **kw)
+
+    mod.initialize = initialize
+
+
+def _patch_trainer(mod):  # type: ignore[no-untyped-def]
+    import time
+
+    import torch
+    from transformers import TrainerCallback
+
+    class Prof(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.n = 0
+            self.prof = None
+            self.times: list[float] = []
+            self.t = 0.0
+
+        def on_step_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            self.n += 1
+            if self.n == 4:
+                acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+                self.prof = torch.profiler.profile(activities=acts)
+                self.prof.__enter__()
+            torch.cuda.synchronize()
+            self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            torch.cuda.synchronize()
+            self.times.append(round(time.perf_counter() - self.t, 4))
+            if self.n == 6 and self.prof is not None:
+                self.prof.__exit__(None, None, None)
+                ka = self.prof.key_averages()
+                with open(_PROFILE, "w") as f:
+                    f.write(f"step wall s: {self.times}\n")
+                    f.write(
+                        ka.table(
+                            sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=70
+                        )
+                    )
+                with open(f"{_PROFILE}.cpu", "w") as f:
+                    f.write(
+                        ka.table(
+                            sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70
+                        )
+                    )
+                self.prof = None
+
+    orig = mod.Trainer.__init__
+
+    def __init__(self, *args, **kw):  # type: ignore[no-untyped-def]
+        orig(self, *args, **kw)
+        self.add_callback(Prof())
+
+    mod.Trainer.__init__ = __init__
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    hooks = {}
+    if _DS:
+        hooks["deepspeed"] = _patch_deepspeed
+    if _PROFILE:
+        hooks["transformers.trainer"] = _patch_trainer
+
+    def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
+        if name not in self.hooks:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        loader, hook = spec.loader, self.hooks.pop(name)
+        exec_module = loader.exec_module
+
+        def run(module):  # type: ignore[no-untyped-def]
+            exec_module(module)
+            hook(module)
+
+        loader.exec_module = run  # type: ignore[method-assign]
+        return spec
+
+
+if _DS or _PROFILE:
+    sys.meta_path.insert(0, _Finder())
