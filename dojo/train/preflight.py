@@ -216,7 +216,12 @@ def check_data(data: tuple[str, ...], flag: str = "--data") -> dict[str, Any]:
     """Local files must hold >= 1 valid row; Hub datasets and parquet are read by the worker."""
     from dojo.train.rows import read_rows
 
-    report = read_rows(list(data))
+    try:
+        report = read_rows(list(data))
+    except DataError as e:  # rows.py names --data; the same reader checks --eval-data
+        if flag == "--data" or not e.message.startswith("--data"):
+            raise
+        raise DataError(flag + e.message[len("--data") :], hint=e.hint) from None
     info: dict[str, Any] = {
         "valid": len(report.rows),
         "bad": len(report.bad),
