@@ -14,7 +14,7 @@ from dojo import _io, _output
 from dojo.errors import LaunchError
 from dojo.run import inputs, render, resolve
 from dojo.run.resolved import ResolvedRun
-from dojo.train import checkpoints, launch, preflight, rank_status
+from dojo.train import checkpoints, launch, preflight, rank_status, vocab
 from dojo.train.preflight import Plan
 
 RECORD = "train.json"
@@ -38,6 +38,7 @@ def plan(
     )
     preflight.check_init(run, kind)
     preflight.check_template(run.template, run.model, kind)
+    added = vocab.check_before_launch(run, run.model if kind == "local" else None)
     data = run.data or preflight.default_data()
     data_info = preflight.check_data(data)
     eval_info = preflight.check_eval_data(run, data_info)
@@ -48,6 +49,9 @@ def plan(
     notes.append("data: " + data_info["summary"])
     if eval_info:
         notes.append("eval: " + eval_info)
+    if added:
+        notes.append(f"note: the template's tokens {', '.join(added)} are not in the vocabulary: "
+                     "they will be added and their embedding rows trained")  # fmt: skip
     if run.trust_remote_code:
         notes.append("warning: --trust-remote-code is ON: the model's own Python code will run")
     notes += stage_advice(run)

@@ -70,13 +70,12 @@ def split_markers(tokenizer: Any, markers: list[str]) -> list[str]:
     return [m for m in markers if len(token_ids(tokenizer, m)) != 1]
 
 
-def refuse_for_adapters(missing: list[str], modules_to_save: tuple[str, ...], tied: bool) -> None:
-    """LoRA trains no embedding row: new tokens need the embedding (and an untied head) trained
-    in full and saved beside the adapter. Never done silently: it changes memory and the output."""
+def refuse_for_adapters(missing: list[str], modules_to_save: tuple[str, ...]) -> None:
+    """LoRA trains no embedding row: new tokens need the embedding and the head trained in full
+    and saved beside the adapter (tied ones stay tied: the worker sets PEFT's
+    ensure_weight_tying). Never done silently: it changes memory and the output."""
     names = set(modules_to_save)
-    has_in = bool(names & set(INPUT_EMBEDDINGS))
-    has_out = tied or bool(names & set(OUTPUT_EMBEDDINGS))
-    if has_in and has_out:
+    if names & set(INPUT_EMBEDDINGS) and names & set(OUTPUT_EMBEDDINGS):
         return
     shown = ", ".join(missing)
     raise DojoError(
@@ -85,3 +84,29 @@ def refuse_for_adapters(missing: list[str], modules_to_save: tuple[str, ...], ti
         hint="pass --modules-to-save embed_tokens,lm_head (trains and saves both in full), or "
         "--method full, or a --template whose tokens the model has (its own: drop --template)",
     )
+
+
+def check_before_launch(run: Any, model_dir: str | None) -> list[str]:
+    """In ``dojo train``, before anything launches: the template's tokens this local model's
+    tokenizer splits (they will be added); a LoRA run that cannot train them is refused here.
+    Needs only ``tokenizers`` (Rust, no torch); a Hub model or a slow tokenizer is left to the
+    worker, which checks again with the real tokenizer."""
+    from pathlib import Path
+
+    from dojo.chat.template import load_template
+
+    if model_dir is None or run.template is None:
+        return []  # the model's own template: its tokens are the tokenizer's
+    folder = Path(model_dir).expanduser()
+    if not (folder / "tokenizer.json").is_file():
+        return []
+    from tokenizers import Tokenizer
+
+    try:
+        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    except Exception:  # unreadable files, and tokenizers raises its own Exception type
+        return []
+    missing = split_markers(tok, required_markers(load_template(run.template)))
+    if missing and run.adapters:
+        refuse_for_adapters(missing, run.modules_to_save)
+    return missing

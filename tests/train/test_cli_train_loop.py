@@ -67,3 +67,23 @@ def test_bad_input_one_line_nothing_written(
     assert needle in r.stderr and "Traceback" not in r.stderr
     assert r.stderr.count("error:") == 1 and "hint:" in r.stderr
     assert not out.exists()
+
+
+def test_template_tokens_checked_before_launch(cli, tmp_path: Path, no_gpus) -> None:
+    """A local model whose tokenizer lacks --template's tokens: LoRA is refused before anything
+    launches or is written; full fine-tuning is told the tokens will be added."""
+    from dojo.train.tiny import materialize_tiny_model
+
+    model = materialize_tiny_model(tmp_path / "m")
+    (model / "model.safetensors").write_bytes(b"")  # a dry run never loads it
+    base = ["--model", str(model), "--template", "llama-3-instruct"]
+    r = cli(*_base(tmp_path / "a", (*base, "--method", "lora")))
+    assert r.exit_code == 1 and "<|eot_id|>" in r.stderr and "--modules-to-save" in r.stderr
+    assert not (tmp_path / "a").exists()
+    half = ("--method", "lora", "--modules-to-save", "embed_tokens")  # the head's rows untrained
+    assert cli(*_base(tmp_path / "b", (*base, *half))).exit_code == 1
+    ok = ("--method", "lora", "--modules-to-save", "embed_tokens,lm_head")
+    assert cli(*_base(tmp_path / "b", (*base, *ok))).exit_code == 0
+    r = cli(*_base(tmp_path / "c", base))
+    assert r.exit_code == 0 and "note: the template's tokens <|begin_of_text|>" in r.stderr
+    assert cli(*_base(tmp_path / "d", ("--model", str(model), "--method", "lora"))).exit_code == 0

@@ -57,14 +57,13 @@ def test_split_markers_with_the_tokenizers_library(tiny_dir: Path) -> None:
 
 def test_adapters_refused_without_the_embeddings() -> None:
     with pytest.raises(DojoError) as e:
-        vocab.refuse_for_adapters(["<|eot_id|>"], (), tied=False)
+        vocab.refuse_for_adapters(["<|eot_id|>"], ())
     assert "<|eot_id|>" in e.value.message and "--modules-to-save embed_tokens,lm_head" in (
         e.value.hint or ""
     )
     with pytest.raises(DojoError):
-        vocab.refuse_for_adapters(["<|eot_id|>"], ("embed_tokens",), tied=False)  # head untrained
-    vocab.refuse_for_adapters(["<|eot_id|>"], ("embed_tokens",), tied=True)
-    vocab.refuse_for_adapters(["<|eot_id|>"], ("embed_tokens", "lm_head"), tied=False)
+        vocab.refuse_for_adapters(["<|eot_id|>"], ("embed_tokens",))  # head untrained
+    vocab.refuse_for_adapters(["<|eot_id|>"], ("embed_tokens", "lm_head"))
 
 
 def test_saved_tokenizer_renders_like_training(tiny_dir: Path, tmp_path: Path) -> None:
@@ -182,3 +181,13 @@ def test_progress_plain_lines_have_eta(capsys: pytest.CaptureFixture[str]) -> No
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("step 5/10  loss 1.5000  lr 1.00e-04  tok/s ") and " eta 0:" in err[0]
     assert err[1] == "step 5/10  eval loss 1.2500"
+
+
+def test_last_line_reports_eval() -> None:
+    from dojo.train.summary import describe
+
+    s = {"loss_first": 7.0, "loss_last": 5.0, "eval_loss_first": 6.5, "eval_loss_last": 5.6,
+         "eval_loss_best": 5.5, "eval_best_step": 12, "kept_best": True, "stopped_early": True}  # fmt: skip
+    line = describe(s, Path("runs/x"), 30.0)
+    assert "eval loss 6.500 -> 5.600, best 5.500 at step 12 (kept), stopped early" in line
+    assert "eval" not in describe({"loss_first": 7.0, "loss_last": 5.0}, Path("runs/x"), 30.0)

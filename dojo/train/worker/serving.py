@@ -18,8 +18,8 @@ def prepare_tokenizer(tokenizer: Any, template: Any, run: Any) -> list[str]:
     """Set the run's chat template and its bos/eos on the tokenizer; add the template's control
     tokens it splits. Returns the tokens added (the model then needs ``fit_embeddings``)."""
     missing = vocab.split_markers(tokenizer, vocab.required_markers(template))
-    if missing and run.adapters and not set(run.modules_to_save) & set(vocab.INPUT_EMBEDDINGS):
-        vocab.refuse_for_adapters(missing, run.modules_to_save, tied=False)
+    if missing and run.adapters:
+        vocab.refuse_for_adapters(missing, run.modules_to_save)
     # What apply_chat_template passes as bos_token/eos_token must be what training rendered with.
     tokens: dict[str, Any] = {
         k: getattr(template, k)
@@ -45,8 +45,6 @@ def fit_embeddings(model: Any, tokenizer: Any, run: Any, added: list[str]) -> No
     """Grow the embeddings to the tokenizer when it outgrew them (new rows start at the mean of
     the old ones, the transformers default); point the config's special-token ids at the
     tokenizer's."""
-    if added and run.adapters:
-        vocab.refuse_for_adapters(added, run.modules_to_save, tied=is_tied(model))
     # The config's vocab_size, not the weight's shape: under ZeRO-3 the weight is a shard. Rows
     # beyond the tokenizer (padding to a multiple) already exist: never shrink to it.
     if len(tokenizer) > model.config.get_text_config().vocab_size:
