@@ -110,7 +110,7 @@ def resolve(
         # Fused AdamW is transformers' default on CUDA; the plain loop is the safe CPU one.
         optim = "adamw_torch_fused" if cuda else "adamw_torch"
     lr = v["lr"] if v["lr"] is not None else (2e-5 if method == "full" else 2e-4)
-    loop = resolve_loop.fields(v, said)
+    loop = resolve_loop.fields(v)
     if machine.assumed:
         said.insert(0, f"machine: {machine.describe()}")
     return ResolvedRun(

@@ -93,13 +93,12 @@ def problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tuple
     return out
 
 
-def fields(v: dict[str, Any], said: list[str]) -> dict[str, Any]:
-    """The loop's ResolvedRun fields; ``said`` gets a line for each "auto" decided here."""
+def fields(v: dict[str, Any]) -> dict[str, Any]:
+    """The loop's ResolvedRun fields, every "auto" decided."""
     report = v.get("report_to", "auto")
     if report == "auto":
+        # Not added to ``said``: estimate and config resolve it too, where it means nothing.
         report = "tensorboard" if installed("tensorboard") else "none"
-        said.append(f"report-to {report}: " + (
-            "tensorboard is installed" if report == "tensorboard" else "tensorboard is not installed"))  # fmt: skip
     logging = v.get("logging_steps", "auto")
     if logging == "auto":
         steps = v.get("max_steps")
