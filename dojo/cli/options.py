@@ -45,7 +45,7 @@ def _param(name: str) -> inspect.Parameter:
     info = typer.Option(
         *opt.flags,
         help=opt.help_text(),
-        metavar=metavar,
+        metavar=opt.metavar or metavar,
         rich_help_panel=opt.panel,
         show_default=False,
     )

@@ -38,6 +38,8 @@ class Option:
     hi: float | None = None
     example: str = ""
     panel: str = "Run"
+    metavar: str = ""
+    """What --help shows for the value, when the kind's own word would mislead."""
 
     @property
     def flag(self) -> str:

@@ -7,6 +7,7 @@ nvme needs a path, ...) is checked here, all at once: one ConfigError lists ever
 from typing import Any
 
 from dojo.errors import ConfigError
+from dojo.run import resolve_loop
 from dojo.run.catalog import OPTIONS
 from dojo.run.machine import Machine
 from dojo.run.resolved import ResolvedRun
@@ -38,7 +39,7 @@ def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tupl
         out.append(("--precision fp16 needs a GPU", "use --precision fp32 or bf16 on the CPU"))
     if optim in _BNB_OPTIMS and not machine.cuda:
         out.append((f"--optim {optim} needs CUDA (bitsandbytes)", "use --optim adamw_torch here"))
-    return out
+    return out + resolve_loop.problems(v, machine, given)
 
 
 def check(v: dict[str, Any], machine: Machine, given: set[str]) -> None:
@@ -99,6 +100,7 @@ def resolve(
         # Fused AdamW is transformers' default on CUDA; the plain loop is the safe CPU one.
         optim = "adamw_torch_fused" if cuda else "adamw_torch"
     lr = v["lr"] if v["lr"] is not None else (2e-5 if method == "full" else 2e-4)
+    loop = resolve_loop.fields(v)
     if machine.assumed:
         said.insert(0, f"machine: {machine.describe()}")
     return ResolvedRun(
@@ -118,7 +120,7 @@ def resolve(
         overflow=v["overflow"], trust_remote_code=v["trust_remote_code"],
         output_dir=v["output_dir"], resume=v["resume"], save_steps=v["save_steps"],
         save_total_limit=v["save_total_limit"], save_model=v["save_model"],
-        logging_steps=v["logging_steps"], assumed=tuple(said),
+        assumed=tuple(said), **loop,
     )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+_TUPLES = ("gpus", "data", "assumed", "eval_data", "modules_to_save", "report_to")
 FORMAT = 1
 """run.json format; bumped when a field changes meaning."""
 
@@ -83,9 +84,42 @@ class ResolvedRun:
     save_steps: int
     save_total_limit: int
     save_model: bool
-    logging_steps: int
+    logging_steps: int | None
+    """Log every N steps; None = 1% of the total steps, at least 1 (known only at train time)."""
     assumed: tuple[str, ...] = ()
     """How each "auto" was decided, in words (printed by estimate and train)."""
+    # Evaluation (defaults = no eval, so a run.json written before these fields reads back)
+    eval_data: tuple[str, ...] = ()
+    """Held-out data files / Hub ids; empty with eval_split None = no eval."""
+    eval_split: float | None = None
+    """Fraction of the training rows held out for eval (seeded by ``seed``)."""
+    eval_steps: int | None = None
+    """Eval loss every N steps (and at the last step); None exactly when there is no eval."""
+    early_stopping: int | None = None
+    """Patience in evals without a lower eval loss (transformers' EarlyStoppingCallback)."""
+    keep_best: bool = False
+    """load_best_model_at_end on eval_loss: the checkpoint with the lowest eval loss is saved."""
+    # Schedule and regularisation
+    lr_scheduler: str = "linear"
+    """transformers lr_scheduler_type (ignored by DeepSpeed's own block: resolve refuses that)."""
+    warmup_ratio: float | None = None
+    """Warmup as a fraction of the total steps; None = ``warmup_steps`` counts."""
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm; 0 = none."""
+    neftune_alpha: float | None = None
+    """NEFTune noise alpha (TrainingArguments neftune_noise_alpha); None = off."""
+    # LoRA variants
+    dora: bool = False
+    rslora: bool = False
+    modules_to_save: tuple[str, ...] = ()
+    """Modules trained in full and saved with the adapter (PEFT modules_to_save)."""
+    report_to: tuple[str, ...] = ()
+    """Trainer integrations (tensorboard, wandb, mlflow); empty = none."""
+
+    @property
+    def evaluates(self) -> bool:
+        return self.eval_steps is not None
 
     @property
     def world_size(self) -> int:
@@ -97,7 +131,8 @@ class ResolvedRun:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["gpus"], d["data"], d["assumed"] = list(self.gpus), list(self.data), list(self.assumed)
+        for name in _TUPLES:
+            d[name] = list(d[name])
         return {"format": FORMAT, **d}
 
     @classmethod
@@ -106,6 +141,6 @@ class ResolvedRun:
             raise ValueError(f"run.json format {d.get('format')!r}, this dojo reads {FORMAT}")
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in d.items() if k in fields}
-        for name in ("gpus", "data", "assumed"):
+        for name in _TUPLES:
             values[name] = tuple(values.get(name, ()))
         return cls(**values)

@@ -14,7 +14,7 @@ from dojo import _io, _output
 from dojo.errors import LaunchError
 from dojo.run import inputs, render, resolve
 from dojo.run.resolved import ResolvedRun
-from dojo.train import checkpoints, launch, preflight, rank_status
+from dojo.train import checkpoints, launch, preflight, rank_status, vocab
 from dojo.train.preflight import Plan
 
 RECORD = "train.json"
@@ -38,13 +38,20 @@ def plan(
     )
     preflight.check_init(run, kind)
     preflight.check_template(run.template, run.model, kind)
+    added = vocab.check_before_launch(run, run.model if kind == "local" else None)
     data = run.data or preflight.default_data()
     data_info = preflight.check_data(data)
+    eval_info = preflight.check_eval_data(run, data_info)
     preflight.check_output(run, spec, force=force)
     resume_from = preflight.check_resume(run, kind)
     est, fit_notes = fit_check(run, spec, machine, force=force)
     notes += fit_notes
     notes.append("data: " + data_info["summary"])
+    if eval_info:
+        notes.append("eval: " + eval_info)
+    if added:
+        notes.append(f"note: the template's tokens {', '.join(added)} are not in the vocabulary: "
+                     "they will be added and their embedding rows trained")  # fmt: skip
     if run.trust_remote_code:
         notes.append("warning: --trust-remote-code is ON: the model's own Python code will run")
     notes += stage_advice(run)
@@ -159,7 +166,7 @@ def main(
     for line in run.assumed:
         _output.info(f"assumed: {line}")
     hf_optim = run.optim if run.optimizer_from == "hf" else "adamw_torch"
-    for line in explain_optim_sched(ds, hf_optim, "linear"):
+    for line in explain_optim_sched(ds, hf_optim, run.lr_scheduler):
         _output.info(line)
     where = (
         f"{p.devices.world_size} CPU process(es)"

@@ -221,11 +221,16 @@ def default_data() -> tuple[str, ...]:
     return (str(templates_dir() / "data" / "demo_chat.jsonl"),)
 
 
-def check_data(data: tuple[str, ...]) -> dict[str, Any]:
+def check_data(data: tuple[str, ...], flag: str = "--data") -> dict[str, Any]:
     """Local files must hold >= 1 valid row; Hub datasets and parquet are read by the worker."""
     from dojo.train.rows import read_rows
 
-    report = read_rows(list(data))
+    try:
+        report = read_rows(list(data))
+    except DataError as e:  # rows.py names --data; the same reader checks --eval-data
+        if flag == "--data" or not e.message.startswith("--data"):
+            raise
+        raise DataError(flag + e.message[len("--data") :], hint=e.hint) from None
     info: dict[str, Any] = {
         "valid": len(report.rows),
         "bad": len(report.bad),
@@ -235,10 +240,27 @@ def check_data(data: tuple[str, ...]) -> dict[str, Any]:
     if not report.rows and not report.passthrough:
         first = f"; first problem: {report.bad[0][0]}: {report.bad[0][1]}" if report.bad else ""
         raise DataError(
-            f"--data {', '.join(data)}: no valid row{first}",
+            f"{flag} {', '.join(data)}: no valid row{first}",
             hint="each row needs messages (OpenAI), conversations (ShareGPT) or instruction/output (Alpaca)",
         )
     return info
+
+
+def check_eval_data(run: ResolvedRun, train_info: dict[str, Any]) -> str:
+    """--eval-data is checked like --data; --eval-split must leave rows on both sides. Returns
+    the line to print ("" without eval)."""
+    if run.eval_data:
+        return str(check_data(run.eval_data, flag="--eval-data")["summary"])
+    if run.eval_split is None:
+        return ""
+    n = train_info["valid"]
+    held = max(1, round(n * run.eval_split))
+    if not train_info["passthrough"] and n - held < 1:
+        raise DataError(
+            f"--eval-split {run.eval_split}: {n} valid row(s), none would be left to train on",
+            hint="add rows, or give held-out rows with --eval-data FILE",
+        )
+    return f"{held} of {n} valid rows held out (--eval-split {run.eval_split}, seed {run.seed})"
 
 
 def check_output(run: ResolvedRun, spec: Any, *, force: bool) -> None:

@@ -43,6 +43,13 @@ def describe(summary: dict[str, Any], run_dir: Path, wall_s: float) -> str:
     parts = [f"done in {wall_s:.0f} s"]
     if summary.get("loss_last") is not None:
         parts.append(f"loss {summary.get('loss_first', 0):.3f} -> {summary['loss_last']:.3f}")
+    if summary.get("eval_loss_best") is not None:
+        kept = " (kept)" if summary.get("kept_best") else ""
+        stop = ", stopped early" if summary.get("stopped_early") else ""
+        parts.append(
+            f"eval loss {summary['eval_loss_first']:.3f} -> {summary['eval_loss_last']:.3f}, "
+            f"best {summary['eval_loss_best']:.3f} at step {summary['eval_best_step']}{kept}{stop}"
+        )
     mem = summary.get("memory") or {}
     for name, key in (("device memory", "device_gib"), ("allocated", "allocated_gib")):
         text = _pair(name, mem.get(key) or {})

@@ -51,3 +51,17 @@ def test_full_zero3(tmp_path: Path) -> None:
     s = dojo_train(tmp_path / "r", "--method", "full", "--zero", "3", "--lr", "1e-3")
     assert s["zero"] == 3
     assert (tmp_path / "r" / "model.safetensors").is_file()
+
+
+@pytest.mark.gpu
+def test_qlora_dora_eval_best_cosine(tmp_path: Path) -> None:
+    """The GPU paths of issue 15 items 1 and 6: QLoRA + DoRA, eval on a 10% split every 5 steps,
+    the best checkpoint kept, cosine after warmup, NEFTune; the summary has the eval losses."""
+    s = dojo_train(
+        tmp_path / "r", "--method", "qlora", "--dora", "--zero", "2", "--lr", "2e-3",
+        "--eval-split", "0.1", "--eval-steps", "5", "--save-steps", "10", "--keep-best", "on",
+        "--lr-scheduler", "cosine", "--warmup-ratio", "0.1", "--neftune-alpha", "5",
+    )  # fmt: skip
+    assert s["evals"] == 4 and s["eval_loss_last"] < s["eval_loss_first"]
+    assert s["best_checkpoint"].endswith(f"checkpoint-{s['eval_best_step']}")
+    assert (tmp_path / "r" / "generation_config.json").is_file()

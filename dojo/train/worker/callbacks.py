@@ -43,42 +43,85 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
 
 
 class Progress(TrainerCallback):
-    """Loss, lr and tokens/s on rank 0: a rich bar on a terminal, plain lines otherwise."""
+    """Loss, lr, tokens/s, eval loss and the time left on rank 0: a rich bar on a terminal,
+    plain lines otherwise (logs, CI, a pipe), one per logging step."""
 
-    def __init__(self) -> None:
+    def __init__(self, tty: bool | None = None) -> None:
+        self._tty = tty
         self._bar: Any = None
         self._task: Any = None
         self._t0 = 0.0
         self._tok0 = 0
+        self._step0 = 0
+        self._eval = ""
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self._t0, self._tok0 = time.perf_counter(), state.num_input_tokens_seen
-        if is_rank0() and sys.stderr.isatty():
+        self._step0 = state.global_step  # a resumed run: the rate counts this launch's steps
+        tty = sys.stderr.isatty() if self._tty is None else self._tty
+        if is_rank0() and tty:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
             from rich.progress import Progress as Bar
 
-            cols = (TextColumn("train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+            cols = (TextColumn("train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("eta"), TimeRemainingColumn())  # fmt: skip
             self._bar = Bar(*cols, TextColumn("{task.fields[info]}"), console=Console(stderr=True))
             self._bar.start()
             self._task = self._bar.add_task("train", total=state.max_steps, info="")
             self._bar.update(self._task, completed=state.global_step)
 
+    def eta(self, state: Any) -> float | None:
+        """Seconds left at this launch's mean step time; None before the first step."""
+        done = int(state.global_step) - self._step0
+        if done <= 0:
+            return None
+        left = max(0, int(state.max_steps) - int(state.global_step))
+        return (time.perf_counter() - self._t0) / done * left
+
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
-        if not is_rank0() or not logs or "loss" not in logs:
+        if not is_rank0() or not logs:
+            return
+        if "eval_loss" in logs:
+            self._eval = f"  eval {logs['eval_loss']:.4f}"
+            if self._bar is None:
+                print0(
+                    f"step {state.global_step}/{state.max_steps}  eval loss {logs['eval_loss']:.4f}"
+                )
+            return
+        if "loss" not in logs:
             return
         dt = max(time.perf_counter() - self._t0, 1e-9)
         tps = (state.num_input_tokens_seen - self._tok0) / dt
         info = f"loss {logs['loss']:.4f}  lr {logs.get('learning_rate', 0.0):.2e}  tok/s {tps:,.0f}"
         if self._bar is not None:
-            self._bar.update(self._task, completed=state.global_step, info=info)
+            self._bar.update(self._task, completed=state.global_step, info=info + self._eval)
         else:
-            print0(f"step {state.global_step}/{state.max_steps}  {info}")
+            left = self.eta(state)
+            tail = f"  eta {_clock(left)}" if left is not None else ""
+            print0(f"step {state.global_step}/{state.max_steps}  {info}{tail}")
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if self._bar is not None:  # the bar moves every step, log lines only every N
+            self._bar.update(self._task, completed=state.global_step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=state.global_step)
             self._bar.stop()
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return (
+        f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )
 
 
 class CheckpointMarker(TrainerCallback):

@@ -1,12 +1,15 @@
 """The worker's dataset: rows -> chat template -> tokens with masked labels -> (packed) batches.
 
 A thin adapter over the data modules (dojo.train.rows, .data, .packing); imported only inside
-the launched ranks. Returns (dataset, collator, report) for the HF Trainer.
+the launched ranks. Returns (train dataset, eval dataset or None, collator, report) for the HF
+Trainer. Eval rows go through the same template, masking and packing as training rows, so the
+eval loss is the training loss on held-out rows.
 """
 
+import random
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from dojo.train.worker.callbacks import print0
 
@@ -18,7 +21,15 @@ def pick_template(job: Any, tokenizer: Any) -> Any:
     from dojo.errors import TemplateError
 
     if run.template:
-        return load_template(run.template, flag="--template")
+        tpl = load_template(run.template, flag="--template")
+        if tpl.bos_token is None and tpl.eos_token is None and Path(run.template).is_file():
+            # A bare .jinja file names no tokens: render with the tokenizer's, as
+            # apply_chat_template would, so the reply's eos is trained (the stop token).
+            return ChatTemplate.from_source(
+                tpl.source, name=tpl.name, bos_token=tokenizer.bos_token,
+                eos_token=tokenizer.eos_token,
+            )  # fmt: skip
+        return tpl
     folder = Path(job.tokenizer_path)
     if folder.is_dir():
         return load_template(folder, flag="--model")
@@ -35,14 +46,40 @@ def pick_template(job: Any, tokenizer: Any) -> Any:
     )
 
 
-def build(job: Any, tokenizer: Any, model: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """(train dataset, collator, data report) for the Trainer."""
+def split_rows(rows: Any, fraction: float, seed: int) -> tuple[Any, list[Any]]:
+    """(training RowsReport, held-out rows): a seeded ``fraction`` of the valid rows, at least
+    one, never all of them."""
+    from dojo.errors import DataError
+    from dojo.train.rows import RowsReport
+
+    n = len(rows.rows)
+    n_eval = max(1, round(n * fraction))
+    if n - n_eval < 1:
+        raise DataError(
+            f"--eval-split {fraction}: {n} valid row(s), none left to train on",
+            hint="add rows, or give held-out rows with --eval-data FILE",
+        )
+    held = set(random.Random(seed).sample(range(n), n_eval))
+    train = [r for i, r in enumerate(rows.rows) if i not in held]
+    evals = [r for i, r in enumerate(rows.rows) if i in held]
+    kept = RowsReport(train, rows.bad, rows.format_counts, rows.passthrough)
+    return kept, evals
+
+
+def build(
+    job: Any, tokenizer: Any, model: Any, template: Any = None
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(train dataset, eval dataset or None, collator, data report) for the Trainer."""
     from dojo.train.worker import examples as data_mod
-    from dojo.train.worker import packing
 
     run = job.run
-    template = pick_template(job, tokenizer)
+    template = template or pick_template(job, tokenizer)
     rows = data_mod.load_rows(list(job.data))
+    eval_rows: Any = None
+    if run.eval_split is not None:
+        rows, eval_rows = split_rows(rows, run.eval_split, run.seed)
+    elif run.eval_data:
+        eval_rows = data_mod.load_rows(list(run.eval_data))
     examples, report = data_mod.build_examples(
         rows, tokenizer, template, seq_len=run.seq_len, overflow=run.overflow
     )
@@ -55,13 +92,37 @@ def build(job: Any, tokenizer: Any, model: Any) -> tuple[Any, Any, dict[str, Any
     for line in info["bad_rows"][:5]:
         print0(f"  skipped {line}")
     if not examples:
-        sys.stderr.write(
-            "error: no trainable example left after tokenization (see the report above)\n"
+        _stop("no trainable example left after tokenization (see the report above)")
+    evals: list[Any] | None = None
+    if eval_rows is not None:
+        evals, eval_report = data_mod.build_examples(
+            eval_rows, tokenizer, template, seq_len=run.seq_len, overflow=run.overflow
         )
-        raise SystemExit(1)
+        info["eval"] = e = eval_report.to_dict()
+        print0(f"eval data: {e['used']} examples from {e['rows']} rows ({e['bad']} bad)")
+        if not evals:
+            _stop("no eval example left after tokenization (see the eval data report above)")
     pad_id = (
         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     )
+    train, collator = _batches(examples, model, run, pad_id, info)
+    if evals is not None and info.get("packing"):
+        from dojo.train.worker import packing
+
+        evals = packing.pack(evals, run.seq_len)
+    return train, evals, collator, info
+
+
+def _stop(message: str) -> NoReturn:
+    sys.stderr.write(f"error: {message}\n")
+    raise SystemExit(1)
+
+
+def _batches(
+    examples: list[Any], model: Any, run: Any, pad_id: int, info: dict[str, Any]
+) -> tuple[Any, Any]:
+    from dojo.train.worker import packing
+
     if run.packing:
         ok, why = packing.packing_supported(model)
         info["packing"] = ok
@@ -73,6 +134,6 @@ def build(job: Any, tokenizer: Any, model: Any) -> tuple[Any, Any, dict[str, Any
             # causal (flash) SDPA kernel instead of a masked one over the whole flat batch.
             flatten = getattr(model.config, "_attn_implementation", "") == "flash_attention_2"
             collator = packing.PackedCollator(pad_id, flatten=flatten)
-            return packing.pack(examples, run.seq_len), collator, info
+            return packing.pack(examples, run.seq_len), collator
         print0(f"warning: packing off, padding instead: {why}")
-    return examples, packing.PadCollator(pad_id), info
+    return examples, packing.PadCollator(pad_id)

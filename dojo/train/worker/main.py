@@ -9,7 +9,6 @@ resolved run config the parent wrote (``run_dir/train.json``), trains with the H
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import socket
@@ -20,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer
 from transformers.trainer_callback import PrinterCallback
 
+from dojo.errors import DojoError
 from dojo.run.resolved import ResolvedRun
 from dojo.train import rank_status
 from dojo.train.preflight import has_weights
 from dojo.train.worker import data as worker_data
+from dojo.train.worker import serving
+from dojo.train.worker.args import build_training_args, eval_callbacks
 from dojo.train.worker.callbacks import (
     CheckpointMarker,
     Measures,
@@ -120,55 +122,6 @@ def allow_deepspeed_on_cpu() -> None:
     PartialState._prepare_backend = prepare
 
 
-def build_training_args(job: Job) -> TrainingArguments:
-    """Before the model: with ZeRO-3 this arms zero.Init so weights load already sharded."""
-    run = job.run
-    prec = run.precision
-    save = run.save_steps > 0
-    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(job.run_dir) / "tensorboard"))
-    compile_ = bool(run.compile)
-    if compile_:
-        # accelerate then compiles each repeated block in place (compile_regions_deepspeed on the
-        # engine's module): one Inductor compile shared by all layers, DeepSpeed's hooks kept.
-        os.environ["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = "1"
-    return TrainingArguments(
-        output_dir=job.run_dir,
-        per_device_train_batch_size=run.micro_batch,
-        gradient_accumulation_steps=run.grad_accum,
-        learning_rate=run.lr,
-        num_train_epochs=run.epochs,
-        max_steps=run.max_steps if run.max_steps is not None else -1,
-        warmup_steps=run.warmup_steps,
-        # "linear" = warmup then linear decay to 0, the same shape as DeepSpeed's WarmupDecayLR,
-        # so --scheduler hf and ds give the same run.
-        lr_scheduler_type="linear",
-        # With --optimizer ds the JSON's optimizer block wins; optim is then never built.
-        optim=run.optim if run.optimizer_from == "hf" else "adamw_torch",
-        bf16=prec == "bf16",
-        fp16=prec == "fp16",
-        gradient_checkpointing=run.grad_ckpt,
-        # Non-reentrant checkpointing works with frozen (LoRA) base weights and ZeRO-3.
-        gradient_checkpointing_kwargs={"use_reentrant": False} if run.grad_ckpt else None,
-        logging_steps=run.logging_steps,
-        save_strategy="steps" if save else "no",
-        save_steps=run.save_steps if save else 500,
-        save_total_limit=run.save_total_limit,
-        seed=run.seed,
-        data_seed=run.seed,
-        report_to=["tensorboard"] if importlib.util.find_spec("tensorboard") else [],
-        disable_tqdm=True,  # dojo's own progress (rich bar / plain lines) on rank 0
-        deepspeed=job.ds_config,
-        include_num_input_tokens_seen="non_padding",
-        # Liger: fused RMSNorm/SwiGLU/RoPE and the fused linear cross-entropy that never
-        # materialises the fp32 logits (the peak with 128k+ vocabularies).
-        use_liger_kernel=bool(run.liger),
-        torch_compile=compile_,
-        remove_unused_columns=False,
-        dataloader_num_workers=0,
-        dataloader_pin_memory=run.device == "cuda",
-    )
-
-
 def load_model(run: ResolvedRun, weights: str) -> Any:
     """Full / LoRA: weights in the compute dtype. QLoRA: NF4 + double quant (bitsandbytes)."""
     dtype = _DTYPES[run.precision]
@@ -216,29 +169,44 @@ def apply_lora(model: Any, run: ResolvedRun) -> Any:
     target_modules: str | list[str] = (
         "all-linear" if targets == "all-linear" else [t.strip() for t in targets.split(",")]
     )
+    extra: dict[str, Any] = {}
+    if run.modules_to_save:
+        extra["modules_to_save"] = list(run.modules_to_save)
+        # Tied input/output embeddings stay one matrix when both are trained in full.
+        extra["ensure_weight_tying"] = serving.is_tied(model)
     cfg = LoraConfig(
         r=run.lora_r,
         lora_alpha=run.lora_alpha,
         lora_dropout=run.lora_dropout,
         target_modules=target_modules,
         task_type="CAUSAL_LM",
+        use_dora=run.dora,
+        use_rslora=run.rslora,
+        **extra,
     )
     model = get_peft_model(model, cfg)
     if run.grad_ckpt:
         model.enable_input_require_grads()
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    print0(f"LoRA r={run.lora_r} alpha={run.lora_alpha}: {trainable:,} trainable parameters")
+    kind = "DoRA" if run.dora else "LoRA"
+    scale = " (rsLoRA scale)" if run.rslora else ""
+    print0(
+        f"{kind} r={run.lora_r} alpha={run.lora_alpha}{scale}: {trainable:,} trainable parameters"
+    )
     return model
 
 
-def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str) -> None:
-    run = job.run
+def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str, served: Any) -> None:
     """ZeRO-3 gathers a 16-bit model (stage3_gather_16bit_weights_on_model_save); LoRA saves
-    the adapter; --merge also writes base + adapter merged (rank 0, reloaded from disk)."""
+    the adapter; --merge also writes base + adapter merged (rank 0, reloaded from disk). The
+    tokenizer (with the run's chat template) and generation_config.json go beside each."""
+    run = job.run
+    template, original_eos = served
     out = Path(job.run_dir)
     trainer.save_model(str(out))  # all ranks: ZeRO-3 gathers shards collectively
     if is_rank0():
         tokenizer.save_pretrained(str(out))
+        serving.write_generation_config(trainer.model, tokenizer, template, out, original_eos)
     barrier()
     if run.merge and is_rank0():
         from peft import PeftModel
@@ -253,9 +221,11 @@ def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str) -> None:
         base = AutoModelForCausalLM.from_pretrained(
             weights, dtype=dtype, trust_remote_code=run.trust_remote_code, use_safetensors=True
         )
+        serving.fit_embeddings(base, tokenizer, run, [])  # the rows the adapter's tokens added
         merged = PeftModel.from_pretrained(base, str(out)).merge_and_unload()
         merged.save_pretrained(str(out / "merged"), safe_serialization=True)
         tokenizer.save_pretrained(str(out / "merged"))
+        serving.write_generation_config(merged, tokenizer, template, out / "merged", original_eos)
         print0(f"merged weights: {out / 'merged'}")
     barrier()
 
@@ -275,6 +245,7 @@ def write_summary(
         "steps": trainer.state.global_step,
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
+        **eval_summary(trainer.state, run),
         "memory": memory_block(measured, job.estimate),
         "world_size": run.world_size,
         "zero": run.zero,
@@ -289,6 +260,26 @@ def write_summary(
     tmp.write_text(json.dumps(summary, indent=2), encoding="utf-8")
     os.replace(tmp, path)
     print0(f"summary: {path}")
+
+
+def eval_summary(state: Any, run: ResolvedRun) -> dict[str, Any]:
+    """Eval loss first / last / best (with its step and checkpoint), from the Trainer's state."""
+    if not run.evaluates:
+        return {}
+    evals = [(e["step"], e["eval_loss"]) for e in state.log_history if "eval_loss" in e]
+    best = min(evals, key=lambda se: se[1]) if evals else None
+    return {
+        "eval_loss_first": evals[0][1] if evals else None,
+        "eval_loss_last": evals[-1][1] if evals else None,
+        "eval_loss_best": best[1] if best else None,
+        "eval_best_step": best[0] if best else None,
+        "best_checkpoint": state.best_model_checkpoint,
+        "evals": len(evals),
+        "stopped_early": bool(
+            run.early_stopping is not None and evals and state.global_step < state.max_steps
+        ),
+        "kept_best": run.keep_best,
+    }
 
 
 def _record_rank_state(job: Job) -> int:
@@ -323,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     rank = _record_rank_state(job)
     try:
         rc = train(job)
+    except DojoError as e:  # a user problem found in the worker: one error line, no traceback
+        print0(f"error: {e.message}" + (f"\nhint: {e.hint}" if e.hint else ""))
+        rank_status.write(job.run_dir, rank, f"failed: {e.message}"[:500])
+        raise SystemExit(1) from None
     except BaseException as e:
         if not isinstance(e, SystemExit) or e.code not in (0, None):
             rank_status.write(job.run_dir, rank, f"failed: {type(e).__name__}: {e}"[:500])
@@ -342,8 +337,13 @@ def train(job: Job) -> int:
     tokenizer = AutoTokenizer.from_pretrained(
         job.tokenizer_path, trust_remote_code=run.trust_remote_code
     )
-    model = apply_lora(load_model(run, weights), run)
-    dataset, collator, report = worker_data.build(job, tokenizer, model)
+    original_eos = tokenizer.eos_token_id
+    template = worker_data.pick_template(job, tokenizer)
+    added = serving.prepare_tokenizer(tokenizer, template, run)
+    model = load_model(run, weights)
+    serving.fit_embeddings(model, tokenizer, run, added)
+    model = apply_lora(model, run)
+    dataset, eval_set, collator, report = worker_data.build(job, tokenizer, model, template)
     measures = Measures()
     meta = {
         "world_size": run.world_size,
@@ -354,13 +354,16 @@ def train(job: Job) -> int:
         model=model,
         args=training_args,
         train_dataset=dataset,
+        eval_dataset=eval_set,
         data_collator=collator,
         processing_class=tokenizer,
-        callbacks=[Progress(), CheckpointMarker(meta), measures],
+        callbacks=[Progress(), CheckpointMarker(meta), measures, *eval_callbacks(run)],
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; Progress replaces it
     trainer.train(resume_from_checkpoint=job.resume_from)
+    if run.keep_best and trainer.state.best_model_checkpoint:
+        print0(f"best checkpoint (lowest eval loss): {trainer.state.best_model_checkpoint}")
     if run.save_model:
-        save(trainer, tokenizer, job, weights)
+        save(trainer, tokenizer, job, weights, (template, original_eos))
     write_summary(trainer, measures, job, report)
     return 0

@@ -1,0 +1,92 @@
+"""``TrainingArguments`` and Trainer callbacks from the ResolvedRun (worker side: imports torch).
+
+Every value here was decided by ``dojo.run.resolve``; this module only spells it in the
+Trainer's words.
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainingArguments
+
+LOGGING_RATIO = 0.01
+"""--logging-steps auto without --max-steps: transformers reads a float < 1 as a fraction of the
+total steps and rounds up, so runs under 100 steps log every step, longer ones ~100 times."""
+
+
+def build_training_args(job: Any) -> TrainingArguments:
+    """Before the model: with ZeRO-3 this arms zero.Init so weights load already sharded."""
+    run = job.run
+    prec = run.precision
+    save = run.save_steps > 0
+    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(job.run_dir) / "tensorboard"))
+    compile_ = bool(run.compile)
+    if compile_:
+        # accelerate then compiles each repeated block in place (compile_regions_deepspeed on the
+        # engine's module): one Inductor compile shared by all layers, DeepSpeed's hooks kept.
+        os.environ["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = "1"
+    # transformers 5 reads warmup_steps < 1 as a fraction of the total steps (warmup_ratio's
+    # replacement); resolve keeps the ratio at most 0.5 and the two options exclusive.
+    warmup: float = run.warmup_ratio if run.warmup_ratio is not None else run.warmup_steps
+    return TrainingArguments(
+        output_dir=job.run_dir,
+        per_device_train_batch_size=run.micro_batch,
+        per_device_eval_batch_size=run.micro_batch,
+        gradient_accumulation_steps=run.grad_accum,
+        learning_rate=run.lr,
+        num_train_epochs=run.epochs,
+        max_steps=run.max_steps if run.max_steps is not None else -1,
+        warmup_steps=warmup,
+        lr_scheduler_type=run.lr_scheduler,
+        weight_decay=run.weight_decay,
+        max_grad_norm=run.max_grad_norm,
+        neftune_noise_alpha=run.neftune_alpha,
+        # With --optimizer ds the JSON's optimizer block wins; optim is then never built.
+        optim=run.optim if run.optimizer_from == "hf" else "adamw_torch",
+        bf16=prec == "bf16",
+        fp16=prec == "fp16",
+        gradient_checkpointing=run.grad_ckpt,
+        # Non-reentrant checkpointing works with frozen (LoRA) base weights and ZeRO-3.
+        gradient_checkpointing_kwargs={"use_reentrant": False} if run.grad_ckpt else None,
+        logging_steps=run.logging_steps if run.logging_steps is not None else LOGGING_RATIO,
+        save_strategy="steps" if save else "no",
+        save_steps=run.save_steps if save else 500,
+        save_total_limit=run.save_total_limit,
+        **eval_args(run),
+        seed=run.seed,
+        data_seed=run.seed,
+        report_to=list(run.report_to) or "none",
+        disable_tqdm=True,  # dojo's own progress (rich bar / plain lines) on rank 0
+        deepspeed=job.ds_config,
+        include_num_input_tokens_seen="non_padding",
+        # Liger: fused RMSNorm/SwiGLU/RoPE and the fused linear cross-entropy that never
+        # materialises the fp32 logits (the peak with 128k+ vocabularies).
+        use_liger_kernel=bool(run.liger),
+        torch_compile=compile_,
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=run.device == "cuda",
+    )
+
+
+def eval_args(run: Any) -> dict[str, Any]:
+    """Eval every ``eval_steps`` (transformers adds one at the last step); the best checkpoint by
+    eval loss is tracked always and loaded at the end with keep_best."""
+    if not run.evaluates:
+        return {"eval_strategy": "no"}
+    return {
+        "eval_strategy": "steps",
+        "eval_steps": run.eval_steps,
+        "metric_for_best_model": "eval_loss",
+        "greater_is_better": False,
+        "load_best_model_at_end": run.keep_best,
+    }
+
+
+def eval_callbacks(run: Any) -> list[Any]:
+    if run.early_stopping is None:
+        return []
+    from transformers import EarlyStoppingCallback
+
+    return [EarlyStoppingCallback(early_stopping_patience=run.early_stopping)]

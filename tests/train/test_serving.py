@@ -1,0 +1,193 @@
+"""Output that serves (issue 15 item 3), fast: which template tokens must be single tokens, the
+tokenizer the run saves, generation_config.json; and the worker's eval split and Trainer args."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from dojo.chat.template import load_template, render
+from dojo.errors import DataError, DojoError
+from dojo.train import vocab
+from dojo.train.tiny import materialize_tiny_model
+
+CHAT = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return materialize_tiny_model(tmp_path_factory.mktemp("m") / "tiny")
+
+
+def _tok(folder: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def _run(**kw: Any) -> Any:
+    base = {"adapters": False, "modules_to_save": (), "method": "full"}
+    return SimpleNamespace(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    ("name", "markers"),
+    [
+        ("chatml", ["<|im_start|>", "<|im_end|>"]),
+        ("llama-3-instruct", ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]),
+        ("gemma-2-it", ["<start_of_turn>", "<end_of_turn>", "<bos>"]),
+        ("llama-2-chat", ["<s>", "</s>"]),  # [INST] and <<SYS>> stay text (module docstring)
+        ("mistral-7b-instruct-v0.2", ["<s>", "</s>"]),
+    ],
+)  # fmt: skip
+def test_required_markers(name: str, markers: list[str]) -> None:
+    assert vocab.required_markers(load_template(name)) == markers
+
+
+def test_split_markers_with_the_tokenizers_library(tiny_dir: Path) -> None:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tiny_dir / "tokenizer.json"))  # what a torch-free caller has
+    llama3 = vocab.required_markers(load_template("llama-3-instruct"))
+    assert vocab.split_markers(tok, llama3) == llama3
+    assert vocab.split_markers(tok, ["<|im_start|>", "<|im_end|>"]) == []
+
+
+def test_adapters_refused_without_the_embeddings() -> None:
+    with pytest.raises(DojoError) as e:
+        vocab.refuse_for_adapters(["<|eot_id|>"], ())
+    assert "<|eot_id|>" in e.value.message and "--modules-to-save embed_tokens,lm_head" in (
+        e.value.hint or ""
+    )
+    with pytest.raises(DojoError):
+        vocab.refuse_for_adapters(["<|eot_id|>"], ("embed_tokens",))  # head untrained
+    vocab.refuse_for_adapters(["<|eot_id|>"], ("embed_tokens", "lm_head"))
+
+
+def test_saved_tokenizer_renders_like_training(tiny_dir: Path, tmp_path: Path) -> None:
+    """--template llama-3-instruct on the ChatML tiny tokenizer: the saved tokenizer's
+    apply_chat_template gives the text training rendered, each control token one id."""
+    from dojo.train.worker import serving
+
+    tok = _tok(tiny_dir)
+    before, eos_before = len(tok), tok.eos_token_id
+    tpl = load_template("llama-3-instruct")
+    added = serving.prepare_tokenizer(tok, tpl, _run())
+    assert added == ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    assert len(tok) == before + 4 and tok.eos_token == "<|eot_id|>"
+    tok.save_pretrained(tmp_path)
+    again = _tok(tmp_path)
+    text = render(tpl, CHAT)
+    assert again.apply_chat_template(CHAT, tokenize=False) == text
+    ids = again.encode(text, add_special_tokens=False)
+    for marker in added:
+        assert again.convert_tokens_to_ids(marker) in ids
+    assert (tmp_path / "chat_template.jinja").read_text() == tpl.source
+    # generation_config.json: end of turn first, then the tokenizer's eos before the run.
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tiny_dir))
+    serving.fit_embeddings(model, again, _run(), added)
+    assert model.config.eos_token_id == again.convert_tokens_to_ids("<|eot_id|>")
+    serving.write_generation_config(model, again, tpl, tmp_path, eos_before)
+    gen = json.loads((tmp_path / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == [again.convert_tokens_to_ids("<|eot_id|>"), eos_before]
+    assert gen["use_cache"] is True
+
+
+def test_own_template_adds_nothing(tiny_dir: Path) -> None:
+    from dojo.train.worker import serving
+
+    tok = _tok(tiny_dir)
+    n = len(tok)
+    tpl = load_template(tiny_dir, flag="--model")
+    assert serving.prepare_tokenizer(tok, tpl, _run(adapters=True)) == [] and len(tok) == n
+    assert serving.stop_ids(tok, tpl, tok.eos_token_id) == [tok.convert_tokens_to_ids("<|im_end|>")]
+
+
+def test_lora_refused_before_loading(tiny_dir: Path) -> None:
+    from dojo.train.worker import serving
+
+    with pytest.raises(DojoError, match="<|eot_id|>"):
+        serving.prepare_tokenizer(
+            _tok(tiny_dir), load_template("llama-3-instruct"), _run(adapters=True)
+        )
+
+
+def test_resize_grows_never_shrinks(tiny_dir: Path) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from dojo.train.worker import serving
+
+    tok = _tok(tiny_dir)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tiny_dir))
+    serving.fit_embeddings(model, tok, _run(), [])  # ~760 tokens < 1024 rows: left as is
+    assert model.get_input_embeddings().weight.shape[0] == 1024
+    tok.add_special_tokens({"extra_special_tokens": [f"<|x{i}|>" for i in range(400)]})
+    serving.fit_embeddings(model, tok, _run(), ["<|x0|>"])
+    assert model.get_input_embeddings().weight.shape[0] == len(tok) > 1024
+
+
+def test_eval_split_is_seeded_and_disjoint() -> None:
+    from dojo.train.rows import RowsReport
+    from dojo.train.worker.data import split_rows
+
+    rows = RowsReport(rows=[(f"f:{i}", [{"role": "user", "content": str(i)}]) for i in range(40)])
+    train, held = split_rows(rows, 0.1, seed=7)
+    again, held2 = split_rows(rows, 0.1, seed=7)
+    assert held == held2 and len(held) == 4 and len(train.rows) == 36
+    assert {s for s, _ in held}.isdisjoint(s for s, _ in train.rows)
+    assert split_rows(rows, 0.1, seed=8)[1] != held
+    with pytest.raises(DataError, match="none left to train on"):
+        split_rows(RowsReport(rows=rows.rows[:1]), 0.5, seed=7)
+
+
+def test_training_args_spell_the_run(tmp_path: Path) -> None:
+    from dojo.train.worker.args import build_training_args, eval_callbacks
+    from tests.runs import run_of
+
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 0}}))
+    run = run_of(
+        method="lora", eval_split=0.1, early_stopping=2, save_steps=10, eval_steps=5,
+        lr_scheduler="cosine", warmup_ratio=0.1, weight_decay=0.01, max_grad_norm=0.5,
+        neftune_alpha=5.0, report_to="none",
+    )  # fmt: skip
+    job = SimpleNamespace(run=run, run_dir=str(tmp_path), ds_config=str(tmp_path / "ds.json"))
+    args = build_training_args(job)
+    assert (args.lr_scheduler_type, args.warmup_steps) == ("cosine", 0.1)
+    assert (args.weight_decay, args.max_grad_norm, args.neftune_noise_alpha) == (0.01, 0.5, 5.0)
+    assert (args.eval_strategy, args.eval_steps, args.metric_for_best_model) == (
+        "steps",
+        5,
+        "eval_loss",
+    )
+    assert args.load_best_model_at_end and not args.greater_is_better and args.report_to == []
+    assert args.logging_steps == 0.01  # auto without --max-steps: 1% of the steps
+    (stop,) = eval_callbacks(run)
+    assert stop.early_stopping_patience == 2
+
+
+def test_progress_plain_lines_have_eta(capsys: pytest.CaptureFixture[str]) -> None:
+    from dojo.train.worker.callbacks import Progress
+
+    p = Progress(tty=False)
+    state = SimpleNamespace(global_step=0, max_steps=10, num_input_tokens_seen=0)
+    p.on_train_begin(None, state, None)
+    state.global_step, state.num_input_tokens_seen = 5, 500
+    p.on_log(None, state, None, logs={"loss": 1.5, "learning_rate": 1e-4})
+    p.on_log(None, state, None, logs={"eval_loss": 1.25})
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("step 5/10  loss 1.5000  lr 1.00e-04  tok/s ") and " eta 0:" in err[0]
+    assert err[1] == "step 5/10  eval loss 1.2500"
+
+
+def test_last_line_reports_eval() -> None:
+    from dojo.train.summary import describe
+
+    s = {"loss_first": 7.0, "loss_last": 5.0, "eval_loss_first": 6.5, "eval_loss_last": 5.6,
+         "eval_loss_best": 5.5, "eval_best_step": 12, "kept_best": True, "stopped_early": True}  # fmt: skip
+    line = describe(s, Path("runs/x"), 30.0)
+    assert "eval loss 6.500 -> 5.600, best 5.500 at step 12 (kept), stopped early" in line
+    assert "eval" not in describe({"loss_first": 7.0, "loss_last": 5.0}, Path("runs/x"), 30.0)
