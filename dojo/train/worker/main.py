@@ -122,6 +122,13 @@ def allow_deepspeed_on_cpu() -> None:
     PartialState._prepare_backend = prepare
 
 
+def _safetensors(weights: str) -> bool | None:
+    """True for a folder with safetensors (never unpickle then); None lets transformers take a
+    pytorch_model*.bin folder (preflight refused a folder with neither) or a Hub id as it is."""
+    folder = Path(weights)
+    return True if folder.is_dir() and any(folder.glob("*.safetensors")) else None
+
+
 def load_model(run: ResolvedRun, weights: str) -> Any:
     """Full / LoRA: weights in the compute dtype. QLoRA: NF4 + double quant (bitsandbytes)."""
     dtype = _DTYPES[run.precision]
@@ -146,7 +153,9 @@ def load_model(run: ResolvedRun, weights: str) -> Any:
         )
         if not zero3:
             kw["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
-    model = AutoModelForCausalLM.from_pretrained(weights, use_safetensors=True, **kw)
+    model = AutoModelForCausalLM.from_pretrained(
+        weights, use_safetensors=_safetensors(weights), **kw
+    )
     model.config.use_cache = False  # the KV cache is useless in training and costs memory
     if run.method == "qlora":
         from peft import prepare_model_for_kbit_training
@@ -219,7 +228,10 @@ def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str, served: Any) 
         # Merge into full-precision base weights (never into 4-bit QLoRA weights: lossy).
         dtype = _DTYPES[run.precision]
         base = AutoModelForCausalLM.from_pretrained(
-            weights, dtype=dtype, trust_remote_code=run.trust_remote_code, use_safetensors=True
+            weights,
+            dtype=dtype,
+            trust_remote_code=run.trust_remote_code,
+            use_safetensors=_safetensors(weights),
         )
         serving.fit_embeddings(base, tokenizer, run, [])  # the rows the adapter's tokens added
         merged = PeftModel.from_pretrained(base, str(out)).merge_and_unload()
