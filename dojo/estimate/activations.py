@@ -1,0 +1,104 @@
+"""Activation and loss memory at the backward peak (memory-model.md sec 3), per GPU, bytes."""
+
+import math
+
+from dojo.estimate.setup import Setup
+from dojo.modelspec import ModelSpec
+
+BF16 = 2
+FP32 = 4
+
+
+def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
+    """(activations, logits) at the activation peak.
+
+    Peak = max(loss phase, layer phase); the split reports the logits term whole and the rest as
+    activations, so the two always add up to the peak.
+    """
+    s, cal = setup, setup.calibration
+    tokens = s.micro_batch * s.seq_len
+    h, q, kv, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size
+    # Saved per token by one HF Llama layer, bf16 (sec 3.2): norms keep an fp32 input copy.
+    if s.method == "full":
+        per_token = 16 * h + 4 * q + 4 * kv + 8 * i
+    else:
+        per_token = 8 * h + 4 * q + 4 * kv + 6 * i  # frozen base: no linear inputs saved
+        per_token += _lora_saved_per_token(spec, setup)
+    if s.liger and s.method == "full":
+        # Liger's RMSNorm keeps its bf16 input + fp32 rstd instead of HF's fp32 copy + bf16
+        # output (-8h by that count) and its SwiGLU keeps gate and up but not silu(gate) (-2i).
+        # Measured on the H200 (docs/benchmarks.md rows 1-5) the layer saves 14h + 2i less.
+        per_token -= int(cal.liger_full_saved_per_token_h * h) + 2 * i
+    elif s.liger:
+        # Frozen base: HF norms keep no weight-grad inputs there (already excluded above); only
+        # the SwiGLU saving applies.
+        per_token -= 2 * i
+    per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
+    a_layer = tokens * per_token
+    if s.attention == "eager":
+        a_layer += 6 * spec.num_heads * s.seq_len * tokens  # fp32 softmax + bf16 copy (sec 3.2)
+    keep = BF16 * tokens * h if s.grad_ckpt else a_layer
+    layer_extra = cal.recompute_factor * a_layer if s.grad_ckpt else a_layer
+    logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
+    if s.liger:
+        logits = _fused_loss_bytes(spec, setup)
+    loss_tail = cal.loss_tail_bytes_per_th * tokens * h
+    kept = spec.num_layers * keep + _mask_bytes(setup)
+    activations = kept + max(loss_tail, layer_extra - logits)
+    return int(activations), int(logits)
+
+
+def _mask_bytes(s: Setup) -> int:
+    """The 4-D attention mask transformers builds once per forward and every layer keeps.
+
+    masking_utils: with packed rows (position_ids restart) or padding, SDPA gets a bool
+    [b, 1, s, s] mask and eager a float one in the compute dtype; a full unpadded causal batch
+    skips it (is_causal), FlashAttention-2 takes cu_seqlens instead. Without packing, rows are
+    padded to the longest in the batch, so a mask is assumed there too unless the micro-batch
+    is one sequence.
+    """
+    if s.attention == "flash_attention_2" or (not s.packing and s.micro_batch == 1):
+        return 0
+    per_elem = BF16 if s.attention == "eager" else 1
+    return per_elem * s.micro_batch * s.seq_len * s.seq_len
+
+
+def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
+    """Liger LigerFusedLinearCrossEntropyFunction: tokens in chunks of
+    next_pow2(ceil(T / ceil(V / h))); per chunk bf16 logits + their fp32 grad (6 B x chunk x V),
+    plus the bf16 grad of the hidden states (2 B x T x h) and, when the head trains, a 16-bit
+    grad_weight (2 B x V x h) that lives through the loss."""
+    tokens = setup.micro_batch * setup.seq_len
+    v, h = spec.vocab_size, spec.hidden_size
+    chunk = 1 << max(0, math.ceil(tokens / math.ceil(v / h)) - 1).bit_length()
+    head_grad = BF16 * v * h if setup.method == "full" else 0
+    return 6 * chunk * v + BF16 * tokens * h + head_grad
+
+
+def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:
+    """Extra bytes per token an adapted layer saves (inputs of lora_A, outputs of lora_A).
+
+    bf16 adapters (DeepSpeed casts them): lora_A reads the same bf16 input as the frozen
+    linear, so q/k/v share one saved input and gate/up another. fp32 adapters (PEFT's default
+    without DeepSpeed): peft/tuners/lora/layer.py Linear.forward casts x to lora_A's dtype per
+    module, and autocast casts it back to bf16 for the matmul: every adapted module saves its
+    own copy of its input (memory-model.md sec 3.2 measured 41.8 vs 51.0 T*h per layer).
+    """
+    names = {n for n, *_ in spec.linears()}
+    targets = names if setup.lora_targets is None else set(setup.lora_targets) & names
+    ins = {n: a for n, a, _, _ in spec.linears()}
+    extra = 0
+    if setup.fp32_adapters:
+        extra += sum(BF16 * ins[n] for n in targets)
+    else:
+        # o_proj's input is SDPA's output, saved anyway.
+        if targets & {"q_proj", "k_proj", "v_proj"}:
+            extra += BF16 * spec.hidden_size
+        if targets & {"gate_proj", "up_proj"}:
+            extra += BF16 * spec.hidden_size
+        if "down_proj" in targets:
+            extra += BF16 * spec.intermediate_size
+    extra += BF16 * setup.lora_rank * len(targets)
+    if setup.lora_dropout > 0:  # dropout output (bf16) + mask (bool) per adapted module
+        extra += 3 * sum(ins[n] for n in targets)
+    return extra
