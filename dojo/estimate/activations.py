@@ -37,7 +37,9 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
     a_layer = tokens * per_token
     if s.attention == "eager":
         a_layer += 6 * spec.num_heads * s.seq_len * tokens  # fp32 softmax + bf16 copy (sec 3.2)
-    keep = BF16 * tokens * h if s.grad_ckpt else a_layer
+    # fp32 embeddings and norms (s.fp32_rest) keep the residual stream in fp32 under autocast:
+    # the checkpointed layer inputs are 4 B per value.
+    keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.grad_ckpt else a_layer
     layer_extra = cal.recompute_factor * a_layer if s.grad_ckpt else a_layer
     logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
     if s.liger:

@@ -80,8 +80,10 @@ def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
     largest_t = s.lora_rank * max(max(a, b) for _, a, b, _ in spec.linears())
     if s.method == "lora":
         return p_t, float(BF16 * p), largest_t
-    # NF4 + double quant for decoder linears; embeddings, head, norms and biases stay 16-bit.
-    w_base = NF4_DQ_BYTES * spec.quantizable_params + BF16 * (p - spec.quantizable_params)
+    # NF4 + double quant for decoder linears; embeddings, head, norms and biases stay 16-bit,
+    # or fp32 where prepare_model_for_kbit_training upcast them and no DeepSpeed cast them back.
+    rest = FP32 if s.fp32_rest else BF16
+    w_base = NF4_DQ_BYTES * spec.quantizable_params + rest * (p - spec.quantizable_params)
     return p_t, w_base, largest_t
 
 
@@ -145,10 +147,12 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     if z3:
         storage_elems = stored / BF16
         prefetch = int(0.9 * spec.hidden_size**2)  # HF auto stage3_prefetch_bucket_size
-        # Parameters kept gathered for reuse (stage3_max_reuse_distance) need a complete
-        # module trace; with a frozen base (LoRA/QLoRA) none was seen kept on the H200 (7B QLoRA
-        # ZeRO-3: 6.9 GiB allocated; with retention the estimate said 9.5).
-        reuse = min(s.stage3_max_reuse_distance, storage_elems) if s.method == "full" else 0
+        # partitioned_param_coordinator.__params_to_release keeps a gathered param whose next
+        # use in the recorded trace is within stage3_max_reuse_distance numel (from step 2 on).
+        # 4-bit QLoRA weights were not seen kept on the H200 (7B QLoRA ZeRO-3: 6.9 GiB
+        # allocated; with retention the estimate said 9.5): calibrated on that one row.
+        kept = s.method != "qlora"
+        reuse = min(s.stage3_max_reuse_distance, storage_elems) if kept else 0
         gathered = spec.largest_layer_params + min(prefetch, s.stage3_max_live_parameters) + reuse
         small = spec.num_layers * spec.norms_per_layer * spec.hidden_size + spec.hidden_size
         params_work = BF16 * min(gathered + small, storage_elems)

@@ -100,8 +100,9 @@ class Setup:
     """Dtype of the trainable LoRA weights. PEFT makes them fp32 (get_peft_model's
     autocast_adapter_dtype=True) but DeepSpeed's engine casts every float parameter to bf16
     (engine._cast_module_mixed_precision; ZeRO-3 converts late params with the engine dtype),
-    so under DeepSpeed they are bf16. fp32 describes a run without DeepSpeed (plain PEFT +
-    Trainer under autocast): needs deepspeed=False."""
+    so under DeepSpeed they are bf16. fp32 describes PEFT's defaults without DeepSpeed (plain
+    PEFT + Trainer under autocast; for QLoRA also prepare_model_for_kbit_training's fp32
+    non-4-bit params): needs deepspeed=False."""
     deepspeed: bool = True
     """False: no DeepSpeed at all (stage 0 only): plain Trainer/PEFT or torchtune. The optimizer
     then steps the parameters in their own dtype: no fp32 master copy, no flatten buffers."""
@@ -127,6 +128,13 @@ class Setup:
     @property
     def fp32_adapters(self) -> bool:
         return self.method != "full" and self.adapter_dtype == "fp32"
+
+    @property
+    def fp32_rest(self) -> bool:
+        """QLoRA with PEFT's defaults and no DeepSpeed: prepare_model_for_kbit_training
+        (peft/utils/other.py) casts every parameter that is not 4-bit to fp32 (embeddings,
+        head, norms) and nothing casts them back (DeepSpeed's engine would)."""
+        return self.method == "qlora" and self.fp32_adapters
 
     def reduce_bucket(self, spec: ModelSpec) -> int:
         # HF trainer_config_finalize: "auto" reduce_bucket_size = hidden_size * hidden_size.
