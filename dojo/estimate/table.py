@@ -105,6 +105,11 @@ def title(rows: list[MemoryEstimate]) -> str:
     method = s.method if s.method == "full" else f"{s.method} r={s.lora_rank}"
     gpus = f"{s.num_gpus} GPU(s)" + (f" x {s.num_nodes} nodes" if s.num_nodes > 1 else "")
     limit = f", GPU {s.gpu_memory_gib:.1f} GiB" if s.gpu_memory_gib else ""
+    extras = [x for x, on in (("liger", s.liger), ("packing", s.packing)) if on]
+    extras += [] if s.optim == "adamw" else [s.optim]
+    extras += [] if s.deepspeed else ["no DeepSpeed"]
+    extras += [f"{s.adapter_dtype} adapters"] if s.method != "full" and not s.deepspeed else []
+    limit = "".join(f", {x}" for x in extras) + limit
     return (
         f"{spec.name}: {spec.params:,} params ({r.trainable_params:,} trainable), {method}, {gpus}, "
         f"micro-batch {s.micro_batch} x seq {s.seq_len}, grad-ckpt {'on' if s.grad_ckpt else 'off'}"
