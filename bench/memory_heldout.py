@@ -76,8 +76,7 @@ def setup_for(m: dict[str, Any]) -> Setup:
         liger=bool(p.get("liger")) and not plain,
         packing=bool(p.get("packing")) and not plain,
         deepspeed=not no_ds,
-        # Without DeepSpeed nothing casts PEFT's fp32 adapters to bf16.
-        adapter_dtype="fp32" if no_ds and p["method"] != "full" else "bf16",
+        adapter_dtype="auto",  # PEFT's fp32 adapters, as far as DeepSpeed casts them
         gpu_memory_gib=H200_GIB,
         cpu_memory_gib=HOST_GIB,
     )

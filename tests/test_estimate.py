@@ -466,6 +466,12 @@ def test_fp32_adapters_cost_more_and_need_no_deepspeed(l7) -> None:
     assert fp32.params > bf16.params and fp32.activations > bf16.activations
     with pytest.raises(EstimateError, match="casts every float parameter"):
         estimate(l7, Setup(stage=2, method="lora", adapter_dtype="fp32"))
+    # auto: the engine casts PEFT's fp32 adapters at ZeRO 0-2 and for QLoRA; ZeRO-3 + LoRA
+    # (a zero.Init model) converts them without a cast; nothing casts them without DeepSpeed.
+    auto = {st: Setup(stage=st, method="lora").fp32_adapters for st in (0, 1, 2, 3)}
+    assert auto == {0: False, 1: False, 2: False, 3: True}
+    assert not Setup(stage=3, method="qlora").fp32_adapters
+    assert Setup(stage=0, method="lora", deepspeed=False).fp32_adapters
     with pytest.raises(EstimateError, match="needs DeepSpeed"):
         estimate(l7, Setup(stage=2, deepspeed=False))
     with pytest.raises(EstimateError, match="bitsandbytes optimizers"):

@@ -40,7 +40,8 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
     # fp32 embeddings and norms (s.fp32_rest) keep the residual stream in fp32 under autocast:
     # the checkpointed layer inputs are 4 B per value.
     keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.grad_ckpt else a_layer
-    layer_extra = cal.recompute_factor * a_layer if s.grad_ckpt else a_layer
+    factor = cal.recompute_factor if s.method == "full" else cal.recompute_factor_frozen
+    layer_extra = factor * a_layer if s.grad_ckpt else a_layer
     logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
     if s.liger:
         logits = _fused_loss_bytes(spec, setup)
@@ -78,29 +79,36 @@ def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
 
 
 def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:
-    """Extra bytes per token an adapted layer saves (inputs of lora_A, outputs of lora_A).
+    """Extra bytes per token an adapted layer saves (what lora_A and lora_B keep for backward).
 
-    bf16 adapters (DeepSpeed casts them): lora_A reads the same bf16 input as the frozen
-    linear, so q/k/v share one saved input and gate/up another. fp32 adapters (PEFT's default
-    without DeepSpeed): peft/tuners/lora/layer.py Linear.forward casts x to lora_A's dtype per
-    module, and autocast casts it back to bf16 for the matmul: every adapted module saves its
-    own copy of its input (memory-model.md sec 3.2 measured 41.8 vs 51.0 T*h per layer).
+    peft/tuners/lora/layer.py Linear.forward: x = _cast_input_dtype(x, lora_A.weight.dtype),
+    then lora_B(lora_A(dropout(x))), per adapted module. The frozen linear keeps no input (no
+    weight grad), so lora_A's input is the only copy, in the adapters' dtype a (2 or 4 B), or
+    in bf16 when autocast recasts fp32 adapters' inputs for the matmul:
+    - lora_dropout > 0: each module's own dropout output (a B) and its bool mask (1 B, CUDA
+      native_dropout) per in_feature; x itself is not kept. (On CPU the mask has x's dtype:
+      memory-model.md sec 3.2 measured 67.1 / 102.1 T*h per layer for bf16 / fp32 = these
+      counts with a 2 / 4 B mask.)
+    - no dropout, bf16 adapters: lora_A reads the bf16 x itself, so q/k/v share one saved input
+      and gate/up another (41.8 T*h per layer measured).
+    - no dropout, fp32 adapters: every module keeps its own cast copy, a B per in_feature
+      (51.0 T*h under autocast, 67.4 without, measured).
+    Plus lora_A's output (r values, a B) per module, lora_B's input.
     """
     names = {n for n, *_ in spec.linears()}
     targets = names if setup.lora_targets is None else set(setup.lora_targets) & names
-    ins = {n: a for n, a, _, _ in spec.linears()}
-    extra = 0
+    ins = sum(a for n, a, _, _ in spec.linears() if n in targets)
+    a = FP32 if setup.fp32_adapters and not setup.autocast else BF16
+    extra = a * setup.lora_rank * len(targets)
+    if setup.lora_dropout > 0:
+        return extra + (a + 1) * ins
     if setup.fp32_adapters:
-        extra += sum(BF16 * ins[n] for n in targets)
-    else:
-        # o_proj's input is SDPA's output, saved anyway.
-        if targets & {"q_proj", "k_proj", "v_proj"}:
-            extra += BF16 * spec.hidden_size
-        if targets & {"gate_proj", "up_proj"}:
-            extra += BF16 * spec.hidden_size
-        if "down_proj" in targets:
-            extra += BF16 * spec.intermediate_size
-    extra += BF16 * setup.lora_rank * len(targets)
-    if setup.lora_dropout > 0:  # dropout output (bf16) + mask (bool) per adapted module
-        extra += 3 * sum(ins[n] for n in targets)
+        return extra + a * ins
+    # o_proj's input is SDPA's output, saved anyway.
+    if targets & {"q_proj", "k_proj", "v_proj"}:
+        extra += BF16 * spec.hidden_size
+    if targets & {"gate_proj", "up_proj"}:
+        extra += BF16 * spec.hidden_size
+    if "down_proj" in targets:
+        extra += BF16 * spec.intermediate_size
     return extra

@@ -14,7 +14,7 @@ Offload = Literal["none", "cpu", "nvme"]
 OverlapRule = Literal["current", "docs"]
 Attention = Literal["sdpa", "flash_attention_2", "eager"]
 Optim = Literal["adamw", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit"]
-AdapterDtype = Literal["bf16", "fp32"]
+AdapterDtype = Literal["auto", "bf16", "fp32"]
 
 OPTIMS = ("adamw", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 # 1 M tokens: beyond every released context window (= dojo train's --seq-len cap); a larger
@@ -48,6 +48,10 @@ class Calibration:
     the 2i of SwiGLU: 8 by counting saved tensors, 14 measured (H200, rows 1-5)."""
     recompute_factor: float = 2.0
     """Backward of a checkpointed layer holds this many A_layer (mm sec 3.4, 1.9 measured on CPU)."""
+    recompute_factor_frozen: float = 1.4
+    """The same for a frozen base (LoRA/QLoRA), whose backward makes no weight grads: 1.3-1.4
+    fits the five session-3 H200 rows tagged "fit" with LoRA/QLoRA and checkpointing (2.0
+    put them 7-31% over); 1.4, the safe side of that range."""
     loss_bytes_per_logit: float = 12.0
     """fp32 upcast + log-softmax + its grad at the start of backward, bytes per logit (sec 3.3)."""
     loss_tail_bytes_per_th: float = 26.0
@@ -96,13 +100,15 @@ class Setup:
     bitsandbytes blockwise 8-bit m and v (2 B/param + one fp32 absmax per 2048 values each).
     paged_adamw_32bit: fp32 m and v. Paged states live in CUDA unified memory
     (cudaMallocManaged, outside PyTorch's allocator) and move to host RAM under pressure."""
-    adapter_dtype: AdapterDtype = "bf16"
-    """Dtype of the trainable LoRA weights. PEFT makes them fp32 (get_peft_model's
-    autocast_adapter_dtype=True) but DeepSpeed's engine casts every float parameter to bf16
-    (engine._cast_module_mixed_precision; ZeRO-3 converts late params with the engine dtype),
-    so under DeepSpeed they are bf16. fp32 describes PEFT's defaults without DeepSpeed (plain
-    PEFT + Trainer under autocast; for QLoRA also prepare_model_for_kbit_training's fp32
-    non-4-bit params): needs deepspeed=False."""
+    adapter_dtype: AdapterDtype = "auto"
+    """Dtype of the trainable LoRA weights. auto = what PEFT and DeepSpeed leave: PEFT makes
+    them fp32 (get_peft_model's autocast_adapter_dtype=True); DeepSpeed 0.19's engine casts
+    every float parameter to bf16 (engine._cast_module_mixed_precision) except on a zero.Init
+    model, and ZeRO-3 converts the late adapters without a cast
+    (partition_parameters._convert_to_zero_parameters): so bf16 at ZeRO 0-2 and for QLoRA
+    (quantized models skip zero.Init), fp32 for LoRA at ZeRO-3 and without DeepSpeed. bf16 /
+    fp32 = what a script forces (the QLoRA paper casts its adapters to bf16). fp32 under
+    DeepSpeed below ZeRO-3 is refused: the engine casts it."""
     deepspeed: bool = True
     """False: no DeepSpeed at all (stage 0 only): plain Trainer/PEFT or torchtune. The optimizer
     then steps the parameters in their own dtype: no fp32 master copy, no flatten buffers."""
@@ -127,14 +133,25 @@ class Setup:
 
     @property
     def fp32_adapters(self) -> bool:
-        return self.method != "full" and self.adapter_dtype == "fp32"
+        """The trainable adapters really are fp32 (see adapter_dtype)."""
+        if self.method == "full":
+            return False
+        if self.adapter_dtype != "auto":
+            return self.adapter_dtype == "fp32"
+        return not self.deepspeed or (self.stage == 3 and self.method == "lora")
+
+    @property
+    def autocast(self) -> bool:
+        """HF Trainer runs the forward under torch.autocast(bf16) only without DeepSpeed
+        (accelerate leaves mixed precision to the DeepSpeed engine)."""
+        return not self.deepspeed
 
     @property
     def fp32_rest(self) -> bool:
         """QLoRA with PEFT's defaults and no DeepSpeed: prepare_model_for_kbit_training
         (peft/utils/other.py) casts every parameter that is not 4-bit to fp32 (embeddings,
         head, norms) and nothing casts them back (DeepSpeed's engine would)."""
-        return self.method == "qlora" and self.fp32_adapters
+        return self.method == "qlora" and not self.deepspeed and self.fp32_adapters
 
     def reduce_bucket(self, spec: ModelSpec) -> int:
         # HF trainer_config_finalize: "auto" reduce_bucket_size = hidden_size * hidden_size.
@@ -209,9 +226,9 @@ def _choice_checks(s: Setup) -> list[tuple[bool, str, str]]:
             "use --optim adamw with --offload, or drop --offload",
         ),
         (
-            s.adapter_dtype in ("bf16", "fp32"),
+            s.adapter_dtype in ("auto", "bf16", "fp32"),
             f"--adapter-dtype {s.adapter_dtype}: unknown",
-            "use bf16 or fp32",
+            "use auto, bf16 or fp32",
         ),
         (
             s.deepspeed or s.stage == 0,
@@ -219,9 +236,10 @@ def _choice_checks(s: Setup) -> list[tuple[bool, str, str]]:
             "use --zero 0 to describe a run without DeepSpeed",
         ),
         (
-            not s.fp32_adapters or not s.deepspeed,
-            "--adapter-dtype fp32 under DeepSpeed: its engine casts every float parameter to bf16",
-            "use --adapter-dtype bf16 (what DeepSpeed runs), or describe a run without DeepSpeed",
+            s.adapter_dtype != "fp32" or not s.deepspeed or s.stage == 3,
+            f"--adapter-dtype fp32 under DeepSpeed ZeRO-{s.stage}: its engine casts every float "
+            "parameter to bf16",
+            "use --adapter-dtype auto (what DeepSpeed runs), or describe a run without DeepSpeed",
         ),
     ]
 

@@ -108,7 +108,7 @@ def title(rows: list[MemoryEstimate]) -> str:
     extras = [x for x, on in (("liger", s.liger), ("packing", s.packing)) if on]
     extras += [] if s.optim == "adamw" else [s.optim]
     extras += [] if s.deepspeed else ["no DeepSpeed"]
-    extras += [f"{s.adapter_dtype} adapters"] if s.method != "full" and not s.deepspeed else []
+    extras += ["fp32 adapters"] if s.fp32_adapters else []
     limit = "".join(f", {x}" for x in extras) + limit
     return (
         f"{spec.name}: {spec.params:,} params ({r.trainable_params:,} trainable), {method}, {gpus}, "
