@@ -43,8 +43,13 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
     factor = cal.recompute_factor if s.method == "full" else cal.recompute_factor_frozen
     layer_extra = factor * a_layer if s.grad_ckpt else a_layer
     logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
+    if spec.model_type == "gemma2":
+        # Gemma2ForCausalLM final_logit_softcapping (30.0): logits / cap -> tanh -> * cap in
+        # bf16; tanh keeps its output for backward (session-3 "fit" row plain_g2b_Z2_lora:
+        # 13.7 B per logit at the loss peak, 12 without this).
+        logits += BF16 * tokens * spec.vocab_size
     if s.liger:
-        logits = _fused_loss_bytes(spec, setup)
+        logits = _fused_loss_bytes(spec, setup)  # Liger's Gemma-2 kernel softcaps per chunk
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
     kept = spec.num_layers * keep + _mask_bytes(setup)
     activations = kept + max(loss_tail, layer_extra - logits)
