@@ -19,13 +19,26 @@ def test_plain_table_all_stages(cli) -> None:
     lines = r.stdout.splitlines()
     assert lines[0].startswith("llama-2-7b: 6,738,415,616 params")
     header = lines[1].split()
-    assert header[:2] == ["stage", "offload"] and header[-1] == "fits"
-    for col in ["params", "grads", "optim", "activ", "logits", "comm", "overhead", "CPU"]:
+    assert header[:2] == ["stage", "offload"] and header[-1] == "verdict"
+    for col in ["params", "grads", "optim", "activ", "logits", "comm", "reserve", "overhead"]:
         assert col in header
-    stages = [ln.split()[0] for ln in lines[2:]]
+    stages = [ln.split()[0] for ln in lines[2:10]]
     assert stages == ["0", "1", "1", "2", "2", "3", "3", "3"]
     assert "comm(docs)" in header  # stage 3 has overlap_comm on by default
     assert lines[2].split()[-1] == "NO"
+    # Where host RAM goes, per row: offloaded states, pinned rounding, the load, the ranks.
+    assert lines[10] == "host RAM per node (GiB):"
+    assert lines[11].split()[2:] == [
+        "offloaded",
+        "pinned",
+        "pad",
+        "model",
+        "load",
+        "processes",
+        "CPU",
+        "total",
+    ]
+    assert len(lines) == 12 + 8
 
 
 def test_json_schema(cli) -> None:
@@ -51,6 +64,7 @@ def test_json_schema(cli) -> None:
     assert 0 < d["model"]["trainable_params"] < 10_000_000
     (row,) = d["rows"]
     assert row["stage"] == 3 and row["offload_optimizer"] == "none" and row["fits"] is True
+    assert row["verdict"] == "fits"
     assert set(row["gpu_gib"]) == {
         "total",
         "params",
@@ -59,6 +73,7 @@ def test_json_schema(cli) -> None:
         "activations",
         "logits",
         "comm_buffers",
+        "allocator_reserve",
         "overhead",
     }
     assert row["cpu_gib"]["total"] > 0
@@ -67,7 +82,7 @@ def test_json_schema(cli) -> None:
 def test_no_gpu_no_verdict(cli) -> None:
     r = cli("estimate", "--model", "1b", "--zero", "2")
     assert r.exit_code == 0
-    assert r.stdout.splitlines()[-1].split()[-1] == "?"
+    assert r.stdout.splitlines()[2].split()[-1] == "?"
     assert "no fits verdict" in r.stderr
 
 

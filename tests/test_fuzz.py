@@ -154,7 +154,9 @@ def test_estimate_never_negative(spec: ModelSpec, s: est.Setup) -> None:
 def test_estimate_monotonic_in_micro_batch(spec: ModelSpec, s: est.Setup, more: int) -> None:
     small = est.estimate(spec, s)
     big = est.estimate(spec, dataclasses.replace(s, micro_batch=s.micro_batch + more))
-    assert big.activations >= small.activations
+    # The peak is split into a logits column (the loss phase) and the rest: the sum grows, while
+    # a column alone may shift when Liger's loss chunk rounds up to the next power of two.
+    assert big.activations + big.logits >= small.activations + small.logits
     assert big.gpu_total >= small.gpu_total
 
 

@@ -9,6 +9,8 @@ if TYPE_CHECKING:
     from dojo.estimate.setup import Setup
 
 GIB = 2**30
+TIGHT_MARGIN = 0.05
+"""Within 5% of the card (or of host RAM) the verdict is "tight" (issue 12)."""
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,10 @@ class MemoryEstimate:
     grads_work: int
     """ZeRO-3: the full grad of the largest module before it goes into a bucket."""
     optimizer_states: int
-    """fp32 master + Adam m, v on this GPU (0 when offloaded)."""
+    """fp32 master (DeepSpeed) + optimizer states on this GPU (0 when offloaded)."""
+    optimizer_paged: int
+    """The part of optimizer_states bitsandbytes pages (CUDA unified memory): it can move to
+    host RAM when the GPU runs short, so the verdict counts it as "tight", not "does not fit"."""
     step: int
     """Optimizer-step transient: fp32 copy of the gradient partition (sec 2.3, 2.5)."""
     activations: int
@@ -34,6 +39,8 @@ class MemoryEstimate:
     logits: int
     comm_current: int
     comm_docs: int
+    fragmentation: int
+    """Caching-allocator reserve (reserved - allocated at the peak): see model._allocator_reserve."""
     context: int
     nccl: int
     cpu_params: int
@@ -70,17 +77,19 @@ class MemoryEstimate:
         return self.static + max(self.backward_extra, self.step)
 
     @property
+    def reserved(self) -> int:
+        """Predicted torch.cuda.max_memory_reserved: allocated + the allocator's reserve."""
+        return self.allocated + self.fragmentation
+
+    @property
     def overhead(self) -> int:
-        cal, st = self.setup.calibration, self.setup
-        # Model states are a few large blocks allocated once; the caching allocator's reserve
-        # comes from the working set (activations, buckets, step buffers) churned every step.
-        slack = cal.slack(st.method, st.offload_optimizer) * (self.allocated - self.static)
-        return int(self.context + self.nccl + slack)
+        """Outside PyTorch's allocator: CUDA context and kernels, NCCL buffers."""
+        return self.context + self.nccl
 
     @property
     def gpu_total(self) -> int:
         """Device memory in use at the peak, as nvidia-smi sees it."""
-        return self.allocated + self.overhead
+        return self.reserved + self.overhead
 
     @property
     def gpu_total_gib(self) -> float:
@@ -98,7 +107,7 @@ class MemoryEstimate:
 
     @property
     def cpu_total(self) -> int:
-        # The per-rank model load is freed before the offloaded states are built (engine init).
+        # The model load is freed before the offloaded states are built (engine init).
         return self.cpu_process + max(self.cpu_load, self.cpu_steady)
 
     @property
@@ -106,15 +115,28 @@ class MemoryEstimate:
         return self.cpu_total / GIB
 
     @property
-    def fits(self) -> bool | None:
-        """GPU (and host, when its size is given) verdict; None when no GPU size is known."""
+    def verdict(self) -> str | None:
+        """ "fits", "tight" or "does not fit" (GPU, and host RAM when its size is given); None
+        when no GPU size is known. Tight: within TIGHT_MARGIN of the card (a run at 98% of it
+        also runs several times slower: the allocator frees its cache and retries), or over it
+        only by optimizer states bitsandbytes pages out to the host."""
         s = self.setup
         if s.gpu_memory_gib is None:
             return None
-        ok = self.gpu_total_gib <= s.gpu_memory_gib
-        if s.cpu_memory_gib is not None:
-            ok = ok and self.cpu_total_gib <= s.cpu_memory_gib
-        return ok
+        card = s.gpu_memory_gib * GIB
+        host = None if s.cpu_memory_gib is None else s.cpu_memory_gib * GIB
+        if self.gpu_total - self.optimizer_paged > card or (host and self.cpu_total > host):
+            return "does not fit"
+        near_card = self.gpu_total > card or self.gpu_total > (1 - TIGHT_MARGIN) * card
+        if near_card or (host and self.cpu_total > (1 - TIGHT_MARGIN) * host):
+            return "tight"
+        return "fits"
+
+    @property
+    def fits(self) -> bool | None:
+        """True for "fits" and "tight", False for "does not fit", None without a GPU size."""
+        v = self.verdict
+        return None if v is None else v != "does not fit"
 
     def gpu_columns(self) -> dict[str, int]:
         """The issue's GPU breakdown; the columns sum to the total."""
@@ -127,6 +149,7 @@ class MemoryEstimate:
             "activations": self.activations,
             "logits": self.logits,
             "comm_buffers": self.comm,
+            "allocator_reserve": self.fragmentation,
             "overhead": self.overhead,
         }
 
@@ -151,4 +174,5 @@ class MemoryEstimate:
             "gpu_gib": {k: round(v / GIB, 3) for k, v in self.gpu_columns().items()},
             "cpu_gib": {k: round(v / GIB, 3) for k, v in self.cpu_columns().items()},
             "fits": self.fits,
+            "verdict": self.verdict,
         }

@@ -12,8 +12,10 @@ _GPU_COLS = [
     ("activ", "activations"),
     ("logits", "logits"),
     ("comm", "comm_buffers"),
+    ("reserve", "allocator_reserve"),
     ("overhead", "overhead"),
 ]
+_GPU_SHOWN = 7  # every column before the (docs) comm figure and overhead
 
 
 def payload(rows: list[MemoryEstimate]) -> dict[str, Any]:
@@ -53,23 +55,46 @@ def _offload(r: MemoryEstimate) -> str:
 
 
 def _verdict(r: MemoryEstimate) -> str:
-    return {None: "?", True: "yes", False: "NO"}[r.fits]
+    return {None: "?", "fits": "fits", "tight": "tight", "does not fit": "NO"}[r.verdict]
 
 
 def table_rows(rows: list[MemoryEstimate]) -> tuple[list[str], list[list[str]]]:
     """Header and cells (GiB, 2 decimals); one row per stage/offload."""
     show_other = any(r.setup.overlap for r in rows)
     other = "comm(docs)" if rows[0].setup.overlap_rule == "current" else "comm(current)"
-    header = ["stage", "offload"] + [h for h, _ in _GPU_COLS[:6]]
+    header = ["stage", "offload"] + [h for h, _ in _GPU_COLS[:_GPU_SHOWN]]
     header += [other] if show_other else []
-    header += ["overhead", "GPU total", "CPU total", "fits"]
+    header += ["overhead", "GPU total", "CPU total", "verdict"]
     body = []
     for r in rows:
         cols = r.gpu_columns()
-        cells = [str(r.setup.stage), _offload(r)] + [_gib(cols[k]) for _, k in _GPU_COLS[:6]]
+        shown = _GPU_COLS[:_GPU_SHOWN]
+        cells = [str(r.setup.stage), _offload(r)] + [_gib(cols[k]) for _, k in shown]
         cells += [_other_rule(r)] if show_other else []
         cells += [_gib(cols["overhead"]), _gib(cols["total"]), _gib(r.cpu_total), _verdict(r)]
         body.append(cells)
+    return header, body
+
+
+_HOST_COLS = [
+    ("offloaded", ("params", "gradients", "optimizer_states", "buffers")),
+    ("pinned pad", ("pinned_rounding",)),
+    ("model load", ("model_load",)),
+    ("processes", ("overhead",)),
+]
+
+
+def host_rows(rows: list[MemoryEstimate]) -> tuple[list[str], list[list[str]]]:
+    """Where host RAM goes, per node (GiB): offloaded states, what torch's pinned allocator adds
+    by rounding, the checkpoint load (node 0), the ranks' baseline; the total takes the larger
+    of the load and the offloaded states (the load is freed before the engine builds them)."""
+    header = ["stage", "offload"] + [h for h, _ in _HOST_COLS] + ["CPU total"]
+    body = []
+    for r in rows:
+        cols = r.cpu_columns()
+        cells = [str(r.setup.stage), _offload(r)]
+        cells += [_gib(sum(cols[k] for k in keys)) for _, keys in _HOST_COLS]
+        body.append(cells + [_gib(cols["total"])])
     return header, body
 
 
@@ -80,6 +105,11 @@ def title(rows: list[MemoryEstimate]) -> str:
     method = s.method if s.method == "full" else f"{s.method} r={s.lora_rank}"
     gpus = f"{s.num_gpus} GPU(s)" + (f" x {s.num_nodes} nodes" if s.num_nodes > 1 else "")
     limit = f", GPU {s.gpu_memory_gib:.1f} GiB" if s.gpu_memory_gib else ""
+    extras = [x for x, on in (("liger", s.liger), ("packing", s.packing)) if on]
+    extras += [] if s.optim == "adamw" else [s.optim]
+    extras += [] if s.deepspeed else ["no DeepSpeed"]
+    extras += ["fp32 adapters"] if s.fp32_adapters else []
+    limit = "".join(f", {x}" for x in extras) + limit
     return (
         f"{spec.name}: {spec.params:,} params ({r.trainable_params:,} trainable), {method}, {gpus}, "
         f"micro-batch {s.micro_batch} x seq {s.seq_len}, grad-ckpt {'on' if s.grad_ckpt else 'off'}"
@@ -87,9 +117,8 @@ def title(rows: list[MemoryEstimate]) -> str:
     )
 
 
-def render_plain(rows: list[MemoryEstimate]) -> str:
+def _aligned(header: list[str], body: list[list[str]]) -> list[str]:
     """Aligned text (torchtune ``ls`` style): first two columns left, numbers right."""
-    header, body = table_rows(rows)
     widths = [max(len(x[c]) for x in [header, *body]) for c in range(len(header))]
 
     def line(cells: list[str]) -> str:
@@ -99,7 +128,14 @@ def render_plain(rows: list[MemoryEstimate]) -> str:
         ]
         return "  ".join(out).rstrip()
 
-    return "\n".join([title(rows), line(header), *(line(b) for b in body)])
+    return [line(header), *(line(b) for b in body)]
+
+
+def render_plain(rows: list[MemoryEstimate]) -> str:
+    """The GPU table, then where host RAM goes."""
+    gpu = _aligned(*table_rows(rows))
+    host = _aligned(*host_rows(rows))
+    return "\n".join([title(rows), *gpu, "host RAM per node (GiB):", *host])
 
 
 def render_rich(rows: list[MemoryEstimate]) -> None:
@@ -112,6 +148,14 @@ def render_rich(rows: list[MemoryEstimate]) -> None:
     for i, h in enumerate(header):
         table.add_column(h, justify="left" if i < 2 else "right")
     for cells in body:
-        style = "red" if cells[-1] == "NO" else None
+        style = {"NO": "red", "tight": "yellow"}.get(cells[-1])
         table.add_row(*cells, style=style)
-    Console().print(table)
+    host_header, host_body = host_rows(rows)
+    host = Table(title="host RAM per node (GiB)", title_justify="left")
+    for i, h in enumerate(host_header):
+        host.add_column(h, justify="left" if i < 2 else "right")
+    for cells in host_body:
+        host.add_row(*cells)
+    console = Console()
+    console.print(table)
+    console.print(host)

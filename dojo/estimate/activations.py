@@ -1,0 +1,119 @@
+"""Activation and loss memory at the backward peak (docs/memory-model.md sec 3), per GPU, bytes."""
+
+import math
+
+from dojo.estimate.setup import Setup
+from dojo.modelspec import ModelSpec
+
+BF16 = 2
+FP32 = 4
+
+
+def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
+    """(activations, logits) at the activation peak.
+
+    Peak = max(loss phase, layer phase); the split reports the logits term whole and the rest as
+    activations, so the two always add up to the peak.
+    """
+    s, cal = setup, setup.calibration
+    tokens = s.micro_batch * s.seq_len
+    h, q, kv, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size
+    # Saved per token by one HF Llama layer, bf16 (sec 3.2): norms keep an fp32 input copy.
+    if s.method == "full":
+        per_token = 16 * h + 4 * q + 4 * kv + 8 * i
+    else:
+        per_token = 8 * h + 4 * q + 4 * kv + 6 * i  # frozen base: no linear inputs saved
+        per_token += _lora_saved_per_token(spec, setup)
+    if s.liger and s.method == "full":
+        # Liger's RMSNorm keeps its bf16 input + fp32 rstd instead of HF's fp32 copy + bf16
+        # output (-8h by that count) and its SwiGLU keeps gate and up but not silu(gate) (-2i).
+        # Measured on the H200 (docs/benchmarks.md rows 1-5) the layer saves 14h + 2i less.
+        per_token -= int(cal.liger_full_saved_per_token_h * h) + 2 * i
+    elif s.liger:
+        # Frozen base: HF norms keep no weight-grad inputs there (already excluded above); only
+        # the SwiGLU saving applies.
+        per_token -= 2 * i
+    per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
+    a_layer = tokens * per_token
+    if s.attention == "eager":
+        a_layer += 6 * spec.num_heads * s.seq_len * tokens  # fp32 softmax + bf16 copy (sec 3.2)
+    # fp32 embeddings and norms (s.fp32_rest) keep the residual stream in fp32 under autocast:
+    # the checkpointed layer inputs are 4 B per value.
+    keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.grad_ckpt else a_layer
+    factor = cal.recompute_factor if s.method == "full" else cal.recompute_factor_frozen
+    layer_extra = factor * a_layer if s.grad_ckpt else a_layer
+    logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
+    if spec.model_type == "gemma2":
+        # Gemma2ForCausalLM final_logit_softcapping (30.0): logits / cap -> tanh -> * cap in
+        # bf16; tanh keeps its output for backward (session-3 "fit" row plain_g2b_Z2_lora:
+        # 13.7 B per logit at the loss peak, 12 without this).
+        logits += BF16 * tokens * spec.vocab_size
+    if s.liger:
+        logits = _fused_loss_bytes(spec, setup)  # Liger's Gemma-2 kernel softcaps per chunk
+    loss_tail = cal.loss_tail_bytes_per_th * tokens * h
+    kept = spec.num_layers * keep + _mask_bytes(setup)
+    activations = kept + max(loss_tail, layer_extra - logits)
+    return int(activations), int(logits)
+
+
+def _mask_bytes(s: Setup) -> int:
+    """The 4-D attention mask transformers builds once per forward and every layer keeps.
+
+    masking_utils: with packed rows (position_ids restart) or padding, SDPA gets a bool
+    [b, 1, s, s] mask and eager a float one in the compute dtype; a full unpadded causal batch
+    skips it (is_causal), FlashAttention-2 takes cu_seqlens instead. Without packing, rows are
+    padded to the longest in the batch, so a mask is assumed there too unless the micro-batch
+    is one sequence.
+    """
+    if s.attention == "flash_attention_2" or (not s.packing and s.micro_batch == 1):
+        return 0
+    per_elem = BF16 if s.attention == "eager" else 1
+    return per_elem * s.micro_batch * s.seq_len * s.seq_len
+
+
+def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
+    """Liger LigerFusedLinearCrossEntropyFunction: tokens in chunks of
+    next_pow2(ceil(T / ceil(V / h))); per chunk bf16 logits + their fp32 grad (6 B x chunk x V),
+    plus the bf16 grad of the hidden states (2 B x T x h) and, when the head trains, a 16-bit
+    grad_weight (2 B x V x h) that lives through the loss."""
+    tokens = setup.micro_batch * setup.seq_len
+    v, h = spec.vocab_size, spec.hidden_size
+    chunk = 1 << max(0, math.ceil(tokens / math.ceil(v / h)) - 1).bit_length()
+    head_grad = BF16 * v * h if setup.method == "full" else 0
+    return 6 * chunk * v + BF16 * tokens * h + head_grad
+
+
+def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:
+    """Extra bytes per token an adapted layer saves (what lora_A and lora_B keep for backward).
+
+    peft/tuners/lora/layer.py Linear.forward: x = _cast_input_dtype(x, lora_A.weight.dtype),
+    then lora_B(lora_A(dropout(x))), per adapted module. The frozen linear keeps no input (no
+    weight grad), so lora_A's input is the only copy, in the adapters' dtype a (2 or 4 B), or
+    in bf16 when autocast recasts fp32 adapters' inputs for the matmul:
+    - lora_dropout > 0: each module's own dropout output (a B) and its bool mask (1 B, CUDA
+      native_dropout) per in_feature; x itself is not kept. (On CPU the mask has x's dtype:
+      memory-model.md sec 3.2 measured 67.1 / 102.1 T*h per layer for bf16 / fp32 = these
+      counts with a 2 / 4 B mask.)
+    - no dropout, bf16 adapters: lora_A reads the bf16 x itself, so q/k/v share one saved input
+      and gate/up another (41.8 T*h per layer measured).
+    - no dropout, fp32 adapters: every module keeps its own cast copy, a B per in_feature
+      (51.0 T*h under autocast, 67.4 without, measured).
+    Plus lora_A's output (r values, a B) per module, lora_B's input.
+    """
+    names = {n for n, *_ in spec.linears()}
+    targets = names if setup.lora_targets is None else set(setup.lora_targets) & names
+    ins = sum(a for n, a, _, _ in spec.linears() if n in targets)
+    a = FP32 if setup.fp32_adapters and not setup.autocast else BF16
+    extra = a * setup.lora_rank * len(targets)
+    if setup.lora_dropout > 0:
+        return extra + (a + 1) * ins
+    if setup.fp32_adapters:
+        return extra + a * ins
+    # o_proj's input is SDPA's output, saved anyway.
+    if targets & {"q_proj", "k_proj", "v_proj"}:
+        extra += BF16 * spec.hidden_size
+    if targets & {"gate_proj", "up_proj"}:
+        extra += BF16 * spec.hidden_size
+    if "down_proj" in targets:
+        extra += BF16 * spec.intermediate_size
+    return extra
