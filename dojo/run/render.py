@@ -28,6 +28,9 @@ def ds_config(run: ResolvedRun, spec: Any = None, precision: str = "auto") -> di
     return build_ds_config(zc)
 
 
+_BNB = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
+
+
 def estimate_setup(
     run: ResolvedRun, gpu_memory_gib: float | None = None, cpu_memory_gib: float | None = None
 ) -> Any:
@@ -55,6 +58,9 @@ def estimate_setup(
         lora_dropout=run.lora_dropout,
         attention=attention,  # type: ignore[arg-type]
         liger=run.liger,
+        packing=run.packing,
+        # torch's and DeepSpeed's AdamW keep the same fp32 m and v; bitsandbytes' do not.
+        optim=run.optim if run.optim in _BNB else "adamw",  # type: ignore[arg-type]
         gpu_memory_gib=gpu_memory_gib,
         cpu_memory_gib=cpu_memory_gib,
     )

@@ -70,25 +70,32 @@ def stage_advice(run: ResolvedRun) -> list[str]:
 
 
 def fit_check(run: ResolvedRun, spec: Any, machine: Any, *, force: bool) -> tuple[Any, list[str]]:
-    """dojo estimate for this exact run; on GPUs that it does not fit: the table and a stop."""
+    """dojo estimate for this exact run. "does not fit": the table and a stop (unless --force);
+    "tight" (within 5% of the card, where the allocator thrashes): a warning. Host RAM is only
+    ever a warning: MemTotal can read low on machines whose RAM grows on demand (balloon VMs)."""
     from dojo.estimate.model import estimate
 
     notes: list[str] = []
     gpu_mem = machine.gpu_memory_gib if machine.cuda else None
     host_mem = machine.host_memory_gib if run.device == "cuda" else None
-    est = estimate(spec, render.estimate_setup(run, gpu_mem, host_mem))
-    if gpu_mem is not None and est.gpu_total_gib > gpu_mem:
+    est = estimate(spec, render.estimate_setup(run, gpu_mem, None))
+    need = f"this run needs about {est.gpu_total_gib:.1f} GiB per GPU"
+    if est.verdict == "does not fit":
         from dojo.estimate import table
 
-        msg = f"this run needs about {est.gpu_total_gib:.1f} GiB per GPU, the GPUs have {gpu_mem:.1f} GiB"
+        msg = f"{need}, the GPUs have {gpu_mem:.1f} GiB"
         hint = "try " + "; ".join(_suggestions(run)) + "; or pass --force to launch anyway"
         if not force:
             _output.info(table.render_plain([est]))
             raise LaunchError(msg, hint=hint)
         notes.append(f"warning: {msg}; launching anyway (--force)")
-    elif host_mem is not None and est.cpu_total_gib > host_mem:
-        # A warning, not a stop: MemTotal can read low on machines whose RAM grows on demand
-        # (memory-balloon VMs), and a cgroup can sit below it.
+    elif est.verdict == "tight":
+        notes.append(
+            f"warning: {need}, within 5% of the GPUs' {gpu_mem:.1f} GiB: near the limit the "
+            "allocator frees and retries (several times slower) or runs out; for headroom try "
+            + "; ".join(_suggestions(run)[:2])
+        )
+    if host_mem is not None and est.cpu_total_gib > host_mem:
         notes.append(
             f"warning: this run needs about {est.cpu_total_gib:.1f} GiB of host RAM (offloaded "
             f"states, pinned), this machine reports {host_mem:.1f} GiB; if the kernel kills a rank, "

@@ -287,3 +287,28 @@ def test_default_buckets_and_compile(
         assert bucket < 500_000_000
     assert ds["zero_optimization"]["reduce_bucket_size"] == bucket
     assert run["compile"] is compile_
+
+
+def test_verdict_refuses_does_not_fit_and_warns_on_tight() -> None:
+    import dataclasses
+
+    from dojo.errors import LaunchError
+    from dojo.modelspec import resolve_model
+    from dojo.train import driver
+    from tests.runs import CUDA, run_of
+
+    spec = resolve_model("1b")
+    run = run_of(CUDA, spec)
+    est, notes = driver.fit_check(
+        run, spec, dataclasses.replace(CUDA, gpu_memory_gib=1e4), force=False
+    )
+    assert est.verdict == "fits" and not notes
+    need = est.gpu_total_gib
+    tight = dataclasses.replace(CUDA, gpu_memory_gib=need / 0.98)
+    _, notes = driver.fit_check(run, spec, tight, force=False)
+    assert any("within 5% of the GPUs'" in n for n in notes)
+    small = dataclasses.replace(CUDA, gpu_memory_gib=need * 0.8)
+    with pytest.raises(LaunchError, match="needs about"):
+        driver.fit_check(run, spec, small, force=False)
+    _, notes = driver.fit_check(run, spec, small, force=True)
+    assert any("launching anyway (--force)" in n for n in notes)
