@@ -73,7 +73,8 @@ def run_cli(*args: str) -> CliResult:
 
 def _run_cli_or_skip(*args: str) -> CliResult:
     r = run_cli(*args)
-    if TRAIN_MISSING and args[:1] == ("train",) and "pip install 'dojo[train]'" in r.stderr:
+    needs_extra = args[:1] in (("train",), ("chat",), ("export",))
+    if TRAIN_MISSING and needs_extra and "pip install 'dojo[train]'" in r.stderr:
         pytest.skip(f"dojo train needs the train extra: {', '.join(TRAIN_MISSING)} not installed")
     return r
 

@@ -236,8 +236,16 @@ def _prepare_model(p: Plan, run_dir: Path) -> tuple[str, str]:
         model = str(p.run.model)
         ref = str(Path(model).expanduser().resolve()) if p.model_kind == "local" else model
         return ref, ref
+    import importlib.util
+
+    from dojo.errors import MissingExtraError
     from dojo.train.tiny import materialize_tiny_model
 
+    if importlib.util.find_spec("tokenizers") is None:
+        raise MissingExtraError(
+            "the bundled tiny model's tokenizer is built with tokenizers, not installed",
+            hint="pip install 'dojo[train]'",
+        )
     folder = run_dir / "tiny-model"
     if not (folder / "config.json").is_file():
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -100,6 +100,10 @@ def check_before_launch(run: Any, model_dir: str | None) -> list[str]:
     folder = Path(model_dir).expanduser()
     if not (folder / "tokenizer.json").is_file():
         return []
+    import importlib.util
+
+    if importlib.util.find_spec("tokenizers") is None:
+        return []  # core install (a dry run): the worker checks with the real tokenizer
     from tokenizers import Tokenizer
 
     try:

@@ -72,6 +72,7 @@ def test_bad_input_one_line_nothing_written(
 def test_template_tokens_checked_before_launch(cli, tmp_path: Path, no_gpus) -> None:
     """A local model whose tokenizer lacks --template's tokens: LoRA is refused before anything
     launches or is written; full fine-tuning is told the tokens will be added."""
+    pytest.importorskip("tokenizers")
     from dojo.train.tiny import materialize_tiny_model
 
     model = materialize_tiny_model(tmp_path / "m")

@@ -189,7 +189,7 @@ def test_export_target(tmp_path: Path) -> None:
 
 
 def test_repo_id_and_login_checked_before_merging(monkeypatch: pytest.MonkeyPatch) -> None:
-    import huggingface_hub
+    huggingface_hub = pytest.importorskip("huggingface_hub")
     from huggingface_hub import constants
 
     for bad in ("a/b/c", "-x", "a b", "../up", ""):
@@ -208,7 +208,7 @@ def test_repo_id_and_login_checked_before_merging(monkeypatch: pytest.MonkeyPatc
 
 
 def test_push_calls_upload_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import huggingface_hub
+    huggingface_hub = pytest.importorskip("huggingface_hub")
 
     calls: list[tuple[str, Any, dict[str, Any]]] = []
     monkeypatch.setattr(

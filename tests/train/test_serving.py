@@ -1,6 +1,7 @@
 """Output that serves (issue 15 item 3), fast: which template tokens must be single tokens, the
 tokenizer the run saves, generation_config.json; and the worker's eval split and Trainer args."""
 
+import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -8,10 +9,14 @@ from typing import Any
 
 import pytest
 
-from dojo.chat.template import load_template, render
-from dojo.errors import DataError, DojoError
-from dojo.train import vocab
-from dojo.train.tiny import materialize_tiny_model
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="needs the train extra"
+)
+
+from dojo.chat.template import load_template, render  # noqa: E402
+from dojo.errors import DataError, DojoError  # noqa: E402
+from dojo.train import vocab  # noqa: E402
+from dojo.train.tiny import materialize_tiny_model  # noqa: E402
 
 CHAT = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]
 
