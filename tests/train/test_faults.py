@@ -221,7 +221,8 @@ def test_resume_matches_the_uninterrupted_run(
 
 def test_ctrl_c_exits_130_and_leaves_no_process(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc, log = _start(out, "--max-steps", "100000")  # flags repeat: the last one wins
+    # flags repeat: the last one wins; every step logged (auto logs 1% of a long run)
+    proc, log = _start(out, "--max-steps", "100000", "--logging-steps", "1")
     try:
         _wait_for(lambda: len(_ranks(out)) == 2, 300, "both ranks")
         _wait_for(lambda: "step 2/" in log.read_text(errors="replace"), 300, "training steps")

@@ -71,7 +71,7 @@ def _training(out: Path, log: Path) -> dict[int, list[str]]:
 
 def _stop(sig: int, tmp_path: Path) -> tuple[int, float, dict[int, list[str]], str]:
     out = tmp_path / "run"
-    proc, log = _start(out, "--max-steps", "100000", "--save-steps", "0")
+    proc, log = _start(out, "--max-steps", "100000", "--save-steps", "0", "--logging-steps", "1")
     try:
         before = _training(out, log)
         before.pop(proc.pid)  # dojo train itself: the rest is what it leaves behind if killed
@@ -160,7 +160,7 @@ def test_truncated_shard_resumes_from_the_previous_checkpoint(trained: Path) -> 
 def test_sigkill_of_deepspeed_launch_is_a_failure_without_orphans(tmp_path: Path) -> None:
     """DeepSpeed's runner exits 0 when launch.py dies of a signal; dojo must not say "done"."""
     out = tmp_path / "run"
-    proc, log = _start(out, "--max-steps", "100000", "--save-steps", "0")
+    proc, log = _start(out, "--max-steps", "100000", "--save-steps", "0", "--logging-steps", "1")
     try:
         before = _training(out, log)
         launch_pid = next(p for p, a in before.items() if "deepspeed.launcher.launch" in a)
