@@ -32,7 +32,7 @@ def plan(
     preflight.check_extras(values["method"], devices, dry_run=dry_run)
     per_node = devices.world_size or max(1, len(found))
     resolve.resolve(values, machine=machine, gpus=devices.ids, gpus_per_node=per_node, given=given)
-    kind, spec = preflight.resolve_model(values["model"])
+    kind, spec = preflight.resolve_model(values["model"], values["revision"], dry_run=dry_run)
     run = resolve.resolve(
         values, machine=machine, spec=spec, gpus=devices.ids, gpus_per_node=per_node, given=given
     )
