@@ -53,7 +53,7 @@ def config_file(repo_id: str, revision: str | None = None, *, for_train: bool = 
     line and a hint) for a refused, missing or unknown repo, revision or file."""
     try:
         from huggingface_hub import hf_hub_download
-        from huggingface_hub.utils import (
+        from huggingface_hub.errors import (
             EntryNotFoundError,
             GatedRepoError,
             HfHubHTTPError,
@@ -166,4 +166,3 @@ def _get_hint(repo_id: str, revision: str | None, for_train: bool) -> str:
         f"`hf download {repo_id} config.json{rev}` while online, or --model a local folder "
         "or config.json"
     )
-

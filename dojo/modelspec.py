@@ -278,9 +278,7 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 def is_hub_id(ref: str) -> bool:
     """org/name, and not something on disk (the Hub caps names at 96 characters)."""
-    return (
-        len(ref) <= 200 and bool(_HUB_ID.fullmatch(ref.strip())) and not _looks_like_path(ref)
-    )
+    return len(ref) <= 200 and bool(_HUB_ID.fullmatch(ref.strip())) and not _looks_like_path(ref)
 
 
 def _from_hub(repo_id: str, revision: str | None, *, fallback: bool, for_train: bool) -> ModelSpec:
@@ -348,4 +346,3 @@ def _load_config(source: Path | bytes, *, what: str, hint: str | None = None) ->
             hint=hint or "point --model at a model's config.json",
         )
     return data
-

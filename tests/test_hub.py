@@ -163,10 +163,10 @@ def test_refused_says_login_and_license(
     hf_cache: Path, cli: Any, monkeypatch: pytest.MonkeyPatch, kind: str, status: int
 ) -> None:
     import huggingface_hub
-    import huggingface_hub.utils
+    import huggingface_hub.errors
 
     def refuse(*_a: Any, **_k: Any) -> str:
-        raise _http_error(getattr(huggingface_hub.utils, kind), status)
+        raise _http_error(getattr(huggingface_hub.errors, kind), status)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", refuse)
     r = cli("estimate", "--model", "meta-llama/Llama-3.1-8B", "--gpu-memory", "80")
@@ -180,7 +180,7 @@ def test_refused_says_login_and_license(
 
 def test_other_hub_answers(hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import huggingface_hub
-    import huggingface_hub.utils as u
+    import huggingface_hub.errors as u
 
     cases = [
         (_http_error(u.RepositoryNotFoundError, 401), "no such model on the Hub, or it is private"),
@@ -200,7 +200,9 @@ def test_other_hub_answers(hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> N
         assert not isinstance(e.value, hub.HubUnreachable)
 
 
-def test_download_is_asked_for_the_revision(hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_download_is_asked_for_the_revision(
+    hf_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Online (HF_HUB_OFFLINE unset): huggingface_hub is asked, with the revision, the endpoint
     from the environment, and no token of ours (its own lookup: `hf auth login`, HF_TOKEN)."""
     import huggingface_hub

@@ -120,5 +120,3 @@ def test_moe_of_unknown_layout_rejected() -> None:
     cfg = dict(ARCHITECTURES["mistral-7b"], num_local_experts=8, num_experts_per_tok=2)
     with pytest.raises(EstimateError, match="mixture-of-experts layout of model_type 'mistral'"):
         from_hf_config(cfg, "mixtral")
-
-

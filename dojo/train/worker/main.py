@@ -122,6 +122,11 @@ def allow_deepspeed_on_cpu() -> None:
     PartialState._prepare_backend = prepare
 
 
+def hub_revision(run: ResolvedRun, source: str) -> dict[str, Any]:
+    """from_pretrained's ``revision`` for a Hub id (--revision); nothing for a local folder."""
+    return {"revision": run.revision} if run.revision and not Path(source).is_dir() else {}
+
+
 def load_model(run: ResolvedRun, weights: str) -> Any:
     """Full / LoRA: weights in the compute dtype. QLoRA: NF4 + double quant (bitsandbytes)."""
     dtype = _DTYPES[run.precision]
@@ -130,6 +135,7 @@ def load_model(run: ResolvedRun, weights: str) -> Any:
         "dtype": dtype,
         "trust_remote_code": run.trust_remote_code,
         "attn_implementation": attn,
+        **hub_revision(run, weights),
     }
     if run.method == "qlora":
         from transformers import BitsAndBytesConfig
@@ -219,8 +225,9 @@ def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str, served: Any) 
         # Merge into full-precision base weights (never into 4-bit QLoRA weights: lossy).
         dtype = _DTYPES[run.precision]
         base = AutoModelForCausalLM.from_pretrained(
-            weights, dtype=dtype, trust_remote_code=run.trust_remote_code, use_safetensors=True
-        )
+            weights, dtype=dtype, trust_remote_code=run.trust_remote_code, use_safetensors=True,
+            **hub_revision(run, weights),
+        )  # fmt: skip
         serving.fit_embeddings(base, tokenizer, run, [])  # the rows the adapter's tokens added
         merged = PeftModel.from_pretrained(base, str(out)).merge_and_unload()
         merged.save_pretrained(str(out / "merged"), safe_serialization=True)
@@ -335,7 +342,9 @@ def train(job: Job) -> int:
     training_args = build_training_args(job)
     torch.manual_seed(run.seed)
     tokenizer = AutoTokenizer.from_pretrained(
-        job.tokenizer_path, trust_remote_code=run.trust_remote_code
+        job.tokenizer_path,
+        trust_remote_code=run.trust_remote_code,
+        **hub_revision(run, job.tokenizer_path),
     )
     original_eos = tokenizer.eos_token_id
     template = worker_data.pick_template(job, tokenizer)
