@@ -100,3 +100,13 @@ def test_version_matches_pyproject() -> None:
     )
     assert out.returncode == 0 and released, out.stderr
     assert out.stdout == f"dojo {released.group(1)}\n"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["estimate", "--model", "7b", "--json"]])
+def test_built_in_models_never_import_huggingface_hub(args: list[str]) -> None:
+    """huggingface_hub (0.2 s) is imported for a Hub id only (dojo.hub)."""
+    code = PROBE % (["huggingface_hub"],)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
