@@ -80,6 +80,8 @@ def config_file(repo_id: str, revision: str | None = None, *, for_train: bool = 
     # Most specific first: in huggingface_hub < 1.0 LocalEntryNotFoundError is an HTTP error.
     except LocalEntryNotFoundError:
         why = "HF_HUB_OFFLINE is set" if offline() else "the Hub cannot be reached"
+        if not offline():  # huggingface_hub retried for ~20 s before saying so
+            get += "; without a network, HF_HUB_OFFLINE=1 skips the wait"
         raise HubUnreachable(
             f"--model {at}: not in the local Hugging Face cache and {why}", get, why=why
         ) from None

@@ -242,3 +242,20 @@ def test_fresh_process_reads_the_cache_from_the_environment(tmp_path: Path) -> N
     model = json.loads(out.stdout)["model"]
     assert model["name"] == "meta-llama/Llama-3.1-8B" and model["params"] == 8_030_261_248
     assert "note:" not in out.stderr
+
+
+def test_unreachable_hub_is_not_called_offline(hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """No network, HF_HUB_OFFLINE unset: huggingface_hub says LocalEntryNotFoundError; the error
+    says the Hub cannot be reached (not that offline mode is on) and how to skip the wait."""
+    import huggingface_hub
+    import huggingface_hub.errors
+
+    def unreachable(*_a: Any, **kw: Any) -> str:
+        assert kw["local_files_only"] is False
+        raise huggingface_hub.errors.LocalEntryNotFoundError("connection refused, not cached")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", unreachable)
+    with pytest.raises(hub.HubUnreachable, match="the Hub cannot be reached") as e:
+        resolve_model("org/mystery")
+    assert "HF_HUB_OFFLINE=1 skips the wait" in (e.value.hint or "")
