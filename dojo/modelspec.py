@@ -1,11 +1,11 @@
 """Model shapes and exact parameter counts, from a name, a size alias, a config.json or a Hub id.
 
-Pure stdlib: a config.json is read with ``dojo.safe_load`` (never transformers) and every field
-is checked (dojo.hf_config); a Hub id fetches only its config.json with urllib. Example: ``resolve_model("7b").params == 6_738_415_616``.
+A config.json is read with ``dojo.safe_load`` (never transformers) and every field is checked
+(dojo.hf_config); a Hub id gets only its config.json, through huggingface_hub (``dojo.hub``: token,
+cache, offline mode, revision). Example: ``resolve_model("7b").params == 6_738_415_616``.
 """
 
 import difflib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +15,6 @@ from dojo.architectures import ARCHITECTURES, SIZE_ALIASES
 from dojo.errors import EstimateError
 from dojo.safe_load import clip, shorten
 
-_HUB_TIMEOUT_S = 10.0  # a config.json is a few KB; a dead network should fail fast
 _MAX_CONFIG_BYTES = 16 << 20  # the largest real ones (big id2label tables) are ~1 MB
 
 
@@ -238,9 +237,20 @@ def known_names() -> list[str]:
     return list(SIZE_ALIASES) + list(ARCHITECTURES)
 
 
-def resolve_model(ref: str) -> ModelSpec:
-    """A size alias, a named architecture, a config.json / model folder, or a Hub id -> ModelSpec."""
+def resolve_model(
+    ref: str, *, revision: str | None = None, fallback: bool = True, for_train: bool = False
+) -> ModelSpec:
+    """A size alias, a named architecture, a config.json / model folder, or a Hub id -> ModelSpec.
+
+    A Hub id comes from the Hugging Face cache or the Hub at ``revision``; when it is in neither
+    (offline) and ``fallback``, a built-in architecture of the same name stands in, with a note on
+    stderr naming it. ``for_train``: hints say to download the whole model, not config.json."""
     key = ref.strip().lower()
+    if revision is not None and not is_hub_id(ref):
+        raise EstimateError(
+            f"--revision {clip(revision)} applies to a Hub id (org/name); --model {clip(ref)} is not one",
+            hint="drop --revision, or give the model as a Hub id",
+        )
     if key in SIZE_ALIASES:
         return from_hf_config(ARCHITECTURES[SIZE_ALIASES[key]], SIZE_ALIASES[key])
     if key in ARCHITECTURES:
@@ -253,8 +263,8 @@ def resolve_model(ref: str) -> ModelSpec:
             f"--model {clip(ref, 300)}: no such file or folder",
             hint="give a config.json, a model folder that contains one, or a name like 7b",
         )
-    if len(ref) <= 200 and _HUB_ID.fullmatch(ref.strip()):  # the Hub caps names at 96 chars
-        return from_hf_config(_fetch_hub_config(ref.strip()), ref.strip())
+    if is_hub_id(ref):
+        return _from_hub(ref.strip(), revision, fallback=fallback, for_train=for_train)
     close = difflib.get_close_matches(key, known_names(), n=3, cutoff=0.5)
     did = f"did you mean {', '.join(close)}? " if close else ""
     raise EstimateError(
@@ -264,6 +274,32 @@ def resolve_model(ref: str) -> ModelSpec:
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def is_hub_id(ref: str) -> bool:
+    """org/name, and not something on disk (the Hub caps names at 96 characters)."""
+    return len(ref) <= 200 and bool(_HUB_ID.fullmatch(ref.strip())) and not _looks_like_path(ref)
+
+
+def _from_hub(repo_id: str, revision: str | None, *, fallback: bool, for_train: bool) -> ModelSpec:
+    from dojo import _output, hub
+
+    try:
+        file = hub.config_file(repo_id, revision, for_train=for_train)
+    except hub.HubUnreachable as e:
+        builtin = hub.builtin_for(repo_id) if fallback else None
+        if builtin is None:
+            raise
+        at = f"{repo_id}@{revision}" if revision else repo_id
+        _output.info(
+            f"note: {at} is not in the local Hugging Face cache and {e.why}: using the built-in "
+            f"{builtin} (the same architecture, matched by name); "
+            f"`hf download {repo_id} config.json` while online to use the repo's own"
+        )
+        return from_hf_config(ARCHITECTURES[builtin], builtin)
+    at = f"{repo_id}@{revision}" if revision else repo_id
+    data = _load_config(file, what=f"--model {at}: {clip(str(file), 300)}")
+    return from_hf_config(data, repo_id, str(file), ref=repo_id)
 
 
 def _present(path: Path, ref: str) -> bool:
@@ -310,37 +346,3 @@ def _load_config(source: Path | bytes, *, what: str, hint: str | None = None) ->
             hint=hint or "point --model at a model's config.json",
         )
     return data
-
-
-def _fetch_hub_config(repo_id: str) -> dict[str, Any]:
-    """GET <HF_ENDPOINT>/<id>/resolve/main/config.json (HF_TOKEN honoured); nothing else."""
-    import urllib.error  # here, not at the top: urllib.request pulls in ssl/http (~30 ms)
-    import urllib.request
-
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    url = f"{endpoint}/{repo_id}/resolve/main/config.json"
-    req = urllib.request.Request(url, headers={"User-Agent": "dojo-estimate"})
-    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    local = f"download {repo_id}'s config.json and pass its path, e.g. --model ./config.json"
-    try:
-        with urllib.request.urlopen(req, timeout=_HUB_TIMEOUT_S) as resp:  # noqa: S310 - https URL
-            body = resp.read(_MAX_CONFIG_BYTES + 1)
-    except urllib.error.HTTPError as e:
-        if e.code in (401, 403):
-            raise EstimateError(
-                f"--model {repo_id}: the Hub refused config.json (HTTP {e.code}; gated or private)",
-                hint=f"set HF_TOKEN to a token with access, or {local}",
-            ) from None
-        raise EstimateError(
-            f"--model {repo_id}: not found on the Hub (HTTP {e.code} for {url})",
-            hint=f"check the id, or use a known name such as 7b; or {local}",
-        ) from None
-    except (urllib.error.URLError, TimeoutError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise EstimateError(
-            f"--model {repo_id}: cannot reach {endpoint} to fetch config.json ({reason})",
-            hint=f"offline? {local}",
-        ) from None
-    return _load_config(body, what=f"--model {repo_id}: {url}", hint=local)

@@ -1,8 +1,6 @@
-"""ModelSpec: exact parameter counts, config.json reading, Hub fetch errors, name resolution."""
+"""ModelSpec: exact parameter counts, config.json reading, name resolution (the Hub: tests/test_hub.py)."""
 
 import json
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -122,55 +120,3 @@ def test_moe_of_unknown_layout_rejected() -> None:
     cfg = dict(ARCHITECTURES["mistral-7b"], num_local_experts=8, num_experts_per_tok=2)
     with pytest.raises(EstimateError, match="mixture-of-experts layout of model_type 'mistral'"):
         from_hf_config(cfg, "mixtral")
-
-
-def test_hub_fetch_uses_endpoint_and_token(monkeypatch) -> None:
-    seen = {}
-
-    class Resp:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *a):
-            return False
-
-        def read(self, size=-1):
-            return json.dumps(ARCHITECTURES["llama-3.2-1b"]).encode()
-
-    def fake_urlopen(req, timeout):
-        seen["url"], seen["auth"], seen["timeout"] = (
-            req.full_url,
-            req.get_header("Authorization"),
-            timeout,
-        )
-        return Resp()
-
-    monkeypatch.setenv("HF_ENDPOINT", "https://mirror.example/")
-    monkeypatch.setenv("HF_TOKEN", "hf_abc")
-    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
-    spec = resolve_model("meta-llama/Llama-3.2-1B")
-    assert spec.params == 1_235_814_400
-    assert seen["url"] == "https://mirror.example/meta-llama/Llama-3.2-1B/resolve/main/config.json"
-    assert seen["auth"] == "Bearer hf_abc"
-    assert seen["timeout"] <= 15
-
-
-def test_hub_offline_is_clear(monkeypatch) -> None:
-    def offline(req, timeout):
-        raise urllib.error.URLError("Name or service not known")
-
-    monkeypatch.setattr(urllib.request, "urlopen", offline)
-    with pytest.raises(EstimateError) as e:
-        resolve_model("org/some-model")
-    assert "org/some-model" in e.value.message and "cannot reach" in e.value.message
-    assert "config.json" in (e.value.hint or "")
-
-
-def test_hub_gated(monkeypatch) -> None:
-    def gated(req, timeout):
-        raise urllib.error.HTTPError(req.full_url, 401, "Unauthorized", {}, None)
-
-    monkeypatch.setattr(urllib.request, "urlopen", gated)
-    with pytest.raises(EstimateError, match="HTTP 401; gated or private") as e:
-        resolve_model("meta-llama/Llama-2-7b-hf")
-    assert "HF_TOKEN" in (e.value.hint or "")

@@ -62,3 +62,51 @@ def test_help_imports_nothing_heavy() -> None:
 def test_commands_do_not_import_training_stack(args: list[str]) -> None:
     loaded = {m.split(".")[0] for m in _loaded(*args)}
     assert loaded.isdisjoint(HEAVY), loaded
+
+
+def test_chat_template_list_reads_no_template() -> None:
+    """Issue 15 item 8: listing reads the sidecars only (jinja2 alone cost 0.3+ s of the 0.8 s)."""
+    loaded = {m.split(".")[0] for m in _loaded("chat-template", "list")}
+    assert "jinja2" not in loaded and "rich" not in loaded, loaded
+
+
+def test_chat_template_list_matches_loaded_templates() -> None:
+    """The cheap rows say exactly what loading each template says."""
+    from dojo.chat.listing import bundled_rows
+    from dojo.chat.template import bundled_names, load_template
+
+    rows = bundled_rows()
+    assert [r["name"] for r in rows] == bundled_names()
+    for row in rows:
+        t = load_template(row["name"])
+        assert row == {
+            "name": t.name,
+            "family": t.family,
+            "model": t.model,
+            "official": t.official,
+            **{k: bool(t.supports.get(k)) for k in ("system", "tools", "thinking")},
+        }
+
+
+def test_version_matches_pyproject() -> None:
+    """`dojo --version` (a fresh interpreter) says the version pyproject.toml releases."""
+    import re
+    from pathlib import Path
+
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text("utf-8")
+    released = re.search(r'^version = "([^"]+)"', pyproject, re.M)
+    out = subprocess.run(
+        [sys.executable, "-m", "dojo", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0 and released, out.stderr
+    assert out.stdout == f"dojo {released.group(1)}\n"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["estimate", "--model", "7b", "--json"]])
+def test_built_in_models_never_import_huggingface_hub(args: list[str]) -> None:
+    """huggingface_hub (0.2 s) is imported for a Hub id only (dojo.hub)."""
+    code = PROBE % (["huggingface_hub"],)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -69,7 +69,7 @@ def config_cmd(
     if values["model"] is not None:
         from dojo.modelspec import resolve_model
 
-        spec = resolve_model(values["model"])
+        spec = resolve_model(values["model"], revision=values["revision"])
         run = resolve.resolve(values, machine=machine.for_plan(), spec=spec, given=typed)
     if run.nvme_path and "nvme" not in (run.offload_optimizer, run.offload_param):
         _output.warn(f"--nvme-path {run.nvme_path} is unused: nothing is offloaded to nvme")

@@ -57,7 +57,7 @@ def estimate_cmd(
     values = inputs.merge("estimate", {}, opts)
     target = machine.for_plan(gpu_memory_gib=values["gpu_memory"])
     gpus_per_node = world_per_node(values, target)
-    spec = resolve_model(values["model"])
+    spec = resolve_model(values["model"], revision=values["revision"])
     runs = plan_runs(values, spec, target, gpus_per_node, inputs.given(opts), zero_all)
     cpu = values["cpu_memory"]
     rows = []

@@ -55,6 +55,16 @@ _OPTIONS = [
         example="./Llama-3.2-1B",
     ),
     Option(
+        "revision",
+        ("--revision",),
+        "str",
+        None,
+        "Branch, tag or commit of a Hub --model [default: main]",
+        "pin it to train and estimate the same weights every time",
+        panel=MODEL,
+        example="main",
+    ),
+    Option(
         "method",
         ("--method",),
         "choice",
@@ -696,8 +706,8 @@ _OPTIONS = [
 OPTIONS: dict[str, Option] = {o.name: o for o in _OPTIONS}
 
 # What a run is made of, shared by the three commands; each adds what only it needs.
-_SHAPE = ("model", "method", "zero", "offload", "offload_param", "nvme_path", "overlap_comm",
-          "bucket_size", "optimizer", "scheduler", "optim", "precision")  # fmt: skip
+_SHAPE = ("model", "revision", "method", "zero", "offload", "offload_param", "nvme_path",
+          "overlap_comm", "bucket_size", "optimizer", "scheduler", "optim", "precision")  # fmt: skip
 _MEMORY = ("attn", "liger", "compile", "packing", "grad_ckpt", "micro_batch", "seq_len",
            "lora_r", "lora_dropout", "lora_targets")  # fmt: skip
 COMMAND_OPTIONS: dict[str, tuple[str, ...]] = {

@@ -27,6 +27,9 @@ def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tupl
     if optim in _BNB_OPTIMS and v["offload"] != "none":
         out.append((f"--optim {optim} steps on the GPU (bitsandbytes); offloaded states live on the CPU",
                     "use --offload none, or --optimizer ds (DeepSpeedCPUAdam) with offload"))  # fmt: skip
+    if v.get("revision") is not None and v.get("model") is None:
+        out.append((f"--revision {v['revision']} applies to a Hub --model (org/name)",
+                    "add --model org/name, or drop --revision"))  # fmt: skip
     if v.get("merge") and v["method"] == "full":
         out.append(("--merge applies to --method lora or qlora only",
                     "full fine-tuning already saves the whole model: drop --merge"))  # fmt: skip
@@ -104,7 +107,7 @@ def resolve(
     if machine.assumed:
         said.insert(0, f"machine: {machine.describe()}")
     return ResolvedRun(
-        method=method, model=v["model"], init=v["init"],
+        method=method, model=v["model"], revision=v["revision"], init=v["init"],
         zero=zero, offload_optimizer=off if zero else "none", offload_param=offload_param,
         nvme_path=v["nvme_path"], overlap_comm=v["overlap_comm"], bucket_size=bucket,
         optimizer_from=v["optimizer"], scheduler_from=v["scheduler"], optim=optim,

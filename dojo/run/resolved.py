@@ -116,6 +116,8 @@ class ResolvedRun:
     """Modules trained in full and saved with the adapter (PEFT modules_to_save)."""
     report_to: tuple[str, ...] = ()
     """Trainer integrations (tensorboard, wandb, mlflow); empty = none."""
+    revision: str | None = None
+    """Branch, tag or commit of a Hub model (from_pretrained's revision); None = main."""
 
     @property
     def evaluates(self) -> bool:

@@ -32,7 +32,7 @@ def plan(
     preflight.check_extras(values["method"], devices, dry_run=dry_run)
     per_node = devices.world_size or max(1, len(found))
     resolve.resolve(values, machine=machine, gpus=devices.ids, gpus_per_node=per_node, given=given)
-    kind, spec = preflight.resolve_model(values["model"])
+    kind, spec = preflight.resolve_model(values["model"], values["revision"], dry_run=dry_run)
     run = resolve.resolve(
         values, machine=machine, spec=spec, gpus=devices.ids, gpus_per_node=per_node, given=given
     )
@@ -58,11 +58,27 @@ def plan(
     return Plan(run, devices, kind, spec, tuple(data), data_info, resume_from, est, tuple(notes))
 
 
+def header(p: Plan) -> str:
+    """The run's first line. On CPU processes it names no GPU: there are none, and the estimate
+    is a GPU figure (a CPU run's memory is the host's)."""
+    run, devices = p.run, p.devices
+    if devices.kind == "cpu":
+        n = devices.world_size
+        where = f"{n} CPU process{'es' if n != 1 else ''}"
+    else:
+        where = f"GPUs {','.join(map(str, devices.ids))}" if devices.ids else "hostfile slots"
+    est = ""
+    if devices.kind == "cuda" and p.estimate is not None:
+        est = f", estimate {p.estimate.gpu_total_gib:.2f} GiB per GPU"
+    return f"dojo train: {run.method}, ZeRO-{run.zero}, {where}, {run.precision}{est}"
+
+
 def stage_advice(run: ResolvedRun) -> list[str]:
     """Say where a stage buys nothing; never change what the user asked for."""
     if run.zero == 3 and run.world_size == 1 and run.adapters and run.offload_param == "none":
+        one = "one CPU process" if run.device == "cpu" else "one GPU"
         return [
-            "note: ZeRO-3 on one GPU shards nothing; with a frozen base it only adds per-layer "
+            f"note: ZeRO-3 on {one} shards nothing; with a frozen base it only adds per-layer "
             "gathers. --zero 2 (or 0) runs the same training faster with the same memory for "
             "the weights"
         ]
@@ -175,15 +191,7 @@ def main(
     hf_optim = run.optim if run.optimizer_from == "hf" else "adamw_torch"
     for line in explain_optim_sched(ds, hf_optim, run.lr_scheduler):
         _output.info(line)
-    where = (
-        f"{p.devices.world_size} CPU process(es)"
-        if p.devices.kind == "cpu"
-        else (f"GPUs {','.join(map(str, p.devices.ids))}" if p.devices.ids else "hostfile slots")
-    )
-    est = (
-        f", estimate {p.estimate.gpu_total_gib:.2f} GiB per GPU" if p.devices.kind == "cuda" else ""
-    )
-    _output.info(f"dojo train: {run.method}, ZeRO-{run.zero}, {where}, {run.precision}{est}")
+    _output.info(header(p))
     model_path, tokenizer_path = _prepare_model(p, run_dir)
     rec = record(p, run_dir, model_path, tokenizer_path)
     _write_run_files(run_dir, rec, ds, force=force or run.resume, dry_run=dry_run)

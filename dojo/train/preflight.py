@@ -156,10 +156,22 @@ def check_extras(method: str, devices: Devices, *, dry_run: bool = False) -> Non
         )
 
 
-def resolve_model(model: str | None) -> tuple[str, Any]:
-    """(kind, ModelSpec) for --model: the bundled tiny model, a local folder, or a Hub id."""
+def resolve_model(
+    model: str | None, revision: str | None = None, *, dry_run: bool = False
+) -> tuple[str, Any]:
+    """(kind, ModelSpec) for --model: the bundled tiny model, a local folder, or a Hub id.
+
+    A Hub id offline must be in the cache, weights included: the run loads them. A dry run only
+    plans (often for another machine), so there a built-in architecture of the same name may
+    stand in for an uncached id, as in dojo estimate."""
     from dojo.modelspec import resolve_model as _resolve
 
+    if revision is not None and (model is None or Path(model).expanduser().exists()):
+        raise LaunchError(
+            f"--revision {revision} applies to a Hub id (org/name), not to "
+            + ("the bundled tiny model" if model is None else f"the local folder {model}"),
+            hint="drop --revision, or give --model as a Hub id",
+        )
     if model is None:
         from dojo.train.tiny import TINY_CONFIG
 
@@ -178,9 +190,26 @@ def resolve_model(model: str | None) -> tuple[str, Any]:
             hint="give a local model folder (with config.json) or a Hub id like org/name",
         )
     try:
-        return "hub", _resolve(model)
+        spec = _resolve(model, revision=revision, fallback=dry_run, for_train=True)
     except EstimateError as e:  # offline or unknown id: the run would fail at download anyway
         raise LaunchError(e.message, hint=e.hint) from None
+    if not dry_run:
+        _check_weights_offline(model, revision)
+    return "hub", spec
+
+
+def _check_weights_offline(repo_id: str, revision: str | None) -> None:
+    """Offline, the worker's from_pretrained reads the cache only: refuse before launching when
+    the weights are not there (`hf download ID config.json` fetched the config alone)."""
+    from dojo import hub
+
+    if hub.offline() and not hub.weights_cached(repo_id, revision):
+        rev = f" --revision {revision}" if revision else ""
+        raise LaunchError(
+            f"--model {repo_id}: its weights are not in the local Hugging Face cache and "
+            "HF_HUB_OFFLINE is set",
+            hint=f"`hf download {repo_id}{rev}` while online, or --model a local model folder",
+        )
 
 
 def has_weights(folder: str | Path) -> bool:

@@ -129,6 +129,11 @@ def _safetensors(weights: str) -> bool | None:
     return True if folder.is_dir() and any(folder.glob("*.safetensors")) else None
 
 
+def hub_revision(run: ResolvedRun, source: str) -> dict[str, Any]:
+    """from_pretrained's ``revision`` for a Hub id (--revision); nothing for a local folder."""
+    return {"revision": run.revision} if run.revision and not Path(source).is_dir() else {}
+
+
 def load_model(run: ResolvedRun, weights: str) -> Any:
     """Full / LoRA: weights in the compute dtype. QLoRA: NF4 + double quant (bitsandbytes)."""
     dtype = _DTYPES[run.precision]
@@ -137,6 +142,7 @@ def load_model(run: ResolvedRun, weights: str) -> Any:
         "dtype": dtype,
         "trust_remote_code": run.trust_remote_code,
         "attn_implementation": attn,
+        **hub_revision(run, weights),
     }
     if run.method == "qlora":
         from transformers import BitsAndBytesConfig
@@ -232,6 +238,7 @@ def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str, served: Any) 
             dtype=dtype,
             trust_remote_code=run.trust_remote_code,
             use_safetensors=_safetensors(weights),
+            **hub_revision(run, weights),
         )
         serving.fit_embeddings(base, tokenizer, run, [])  # the rows the adapter's tokens added
         merged = PeftModel.from_pretrained(base, str(out)).merge_and_unload()
@@ -347,7 +354,9 @@ def train(job: Job) -> int:
     training_args = build_training_args(job)
     torch.manual_seed(run.seed)
     tokenizer = AutoTokenizer.from_pretrained(
-        job.tokenizer_path, trust_remote_code=run.trust_remote_code
+        job.tokenizer_path,
+        trust_remote_code=run.trust_remote_code,
+        **hub_revision(run, job.tokenizer_path),
     )
     original_eos = tokenizer.eos_token_id
     template = worker_data.pick_template(job, tokenizer)

@@ -12,6 +12,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -64,7 +65,9 @@ def load_model(
         return _serving(AutoModelForCausalLM.from_pretrained(str(out.weights), **kw))
     from peft import PeftModel
 
-    base = _serving(AutoModelForCausalLM.from_pretrained(str(out.base), **kw))
+    # A Hub base is loaded at the revision the run trained on (--revision).
+    rev = out.run.revision if out.run.revision and not Path(str(out.base)).is_dir() else None
+    base = _serving(AutoModelForCausalLM.from_pretrained(str(out.base), **kw, revision=rev))
     if len(tokenizer) > base.get_input_embeddings().num_embeddings:
         # Tokens added for the template: the adapter saved the resized rows (PEFT docs).
         base.resize_token_embeddings(len(tokenizer))
