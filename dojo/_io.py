@@ -20,19 +20,22 @@ def _shown(flag: str, path: str | Path) -> str:
     return f"{flag} {shorten(str(path), 300)}"  # paths are bounded by PATH_MAX anyway
 
 
-def _kind(mode: int) -> str | None:
-    """What a non-regular file is, in words; None for a regular file."""
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def file_kind(mode: int) -> str | None:
+    """What a file that is not regular is, in words ("a FIFO (named pipe)", "a character
+    device", ...); None for a regular file. One wording for every command's messages."""
     if stat.S_ISREG(mode):
         return None
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def check_writable(path: str | Path, *, force: bool, flag: str = "-o") -> Path:
@@ -51,7 +54,7 @@ def check_writable(path: str | Path, *, force: bool, flag: str = "-o") -> Path:
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
             raise DojoError(f"{shown} is a folder", hint=f"give a file path to {flag}")
-        kind = _kind(st.st_mode)
+        kind = file_kind(st.st_mode)
         if kind == "a symbolic link":
             target = os.readlink(p)
             raise DojoError(

@@ -74,8 +74,10 @@ def read_text(path: Path, *, what: str, max_bytes: int | None = None) -> str:
         raise LoadError(f"{what}: no such file", hint, reason="file") from None
     except OSError as e:  # ELOOP, EACCES, ENAMETOOLONG...
         raise LoadError(f"{what}: cannot read it ({e.strerror})", hint, reason="file") from None
-    kind = _kind(st.st_mode)
-    if kind != "file":
+    from dojo._io import file_kind  # _io imports this module (shorten)
+
+    kind = file_kind(st.st_mode)
+    if kind is not None:
         raise LoadError(f"{what}: is {kind}, not a regular file", hint, reason="file")
     if max_bytes is not None and st.st_size > max_bytes:
         raise LoadError(
@@ -93,20 +95,6 @@ def read_text(path: Path, *, what: str, max_bytes: int | None = None) -> str:
     except OSError as e:
         raise LoadError(f"{what}: cannot read it ({e.strerror})", hint, reason="file") from None
     return decode(data, what=what)
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a file"
 
 
 def decode(data: bytes, *, what: str) -> str:

@@ -160,7 +160,7 @@ CHECK = [
     c("config", "--check", "latin1.json", expect=("--check 'latin1.json'", "not UTF-8 text (byte 0xe9 on line 1)")),
     c("config", "--check", "utf16.json", expect=("--check 'utf16.json'", "not UTF-8 text (byte 0xff")),
     c("config", "--check", "fifo", expect="--check 'fifo': is a FIFO (named pipe), not a regular file"),
-    c("config", "--check", "/dev/null", expect="--check '/dev/null': is a device, not a regular file"),
+    c("config", "--check", "/dev/null", expect="--check '/dev/null': is a character device, not a regular file"),
     c("config", "--check", "loop", expect="--check 'loop': cannot read it (Too many levels of symbolic links)"),
     c("config", "--check", "dangling.json", expect="--check 'dangling.json': no such file"),
     c("config", "--check", "folder", expect="--check 'folder': is a folder"),
@@ -213,7 +213,7 @@ MODEL = [
 ]
 MODEL += [
     c("estimate", "--model", "./fifo", expect="--model ./fifo: fifo: is a FIFO (named pipe)"),
-    c("estimate", "--model", "/dev/null", expect="--model /dev/null: /dev/null: is a device"),
+    c("estimate", "--model", "/dev/null", expect="--model /dev/null: /dev/null: is a character device"),
     c("estimate", "--model", "./loop", expect=("--model ./loop", "Too many levels of symbolic links")),
     c("estimate", "--model", "a" * 5000, expect=("--model aaaaa", "...: not a usable path (File name too long)")),
     c("estimate", "--model", "x/" * 3000 + "config.json", expect=("--model x/x/", "not a usable path")),
@@ -228,7 +228,7 @@ OUTPUT = [
     c("config", "--stage", "2", "-o", "loop", expect="-o 'loop' is a symbolic link (to 'loop')"),
     c("config", "--stage", "2", "-o", "fifo", expect="-o 'fifo' is a FIFO (named pipe), not a regular file"),
     c("config", "--stage", "2", "-o", "fifo", "--force", expect="-o 'fifo' is a FIFO (named pipe), not a regular file"),
-    c("config", "--stage", "2", "-o", "/dev/null", "--force", expect="-o '/dev/null' is a device, not a regular file"),
+    c("config", "--stage", "2", "-o", "/dev/null", "--force", expect="-o '/dev/null' is a character device, not a regular file"),
     c("config", "--stage", "2", "-o", "existing.json", expect="-o 'existing.json' already exists"),
 ]  # fmt: skip
 

@@ -149,8 +149,8 @@ def test_special_files_never_block(tmp_path: Path) -> None:
     os.symlink("loop", tmp_path / "loop")
     cases = {
         tmp_path / "fifo": "is a FIFO (named pipe), not a regular file",
-        Path("/dev/null"): "is a device, not a regular file",
-        Path("/dev/zero"): "is a device",
+        Path("/dev/null"): "is a character device, not a regular file",
+        Path("/dev/zero"): "is a character device",
         tmp_path: "is a folder",
         tmp_path / "loop": "Too many levels of symbolic links",
         tmp_path / "none.json": "no such file",

@@ -11,21 +11,16 @@ import os
 import stat
 from pathlib import Path
 
+from dojo._io import file_kind
 from dojo.errors import DojoError
 
 MAX_FILE_BYTES = 64 * 2**20
 """Largest messages/tools/template file read (a 1M-token conversation is ~4 MB of JSON)."""
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
 
 
 def kind_of(mode: int) -> str:
     """'a FIFO (named pipe)', 'a character device', ... for a file that is not regular."""
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return file_kind(mode) or "a regular file"
 
 
 def stat_path(path: Path, flag: str, error: type[DojoError]) -> os.stat_result | None:

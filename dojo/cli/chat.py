@@ -9,18 +9,13 @@ from typing import Annotated
 
 import typer
 
+from dojo.cli.options import RunDirArg
+
 DEVICES = ("auto", "cpu", "cuda")
 
 
 def chat_cmd(
-    run_dir: Annotated[
-        str,
-        typer.Argument(
-            metavar="RUN_DIR",
-            help="A `dojo train` --output-dir (or one of its checkpoint-N folders).",
-            show_default=False,
-        ),
-    ],
+    run_dir: RunDirArg,
     prompt: Annotated[
         str | None,
         typer.Option(

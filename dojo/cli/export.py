@@ -9,18 +9,13 @@ from typing import Annotated
 
 import typer
 
+from dojo.cli.options import RunDirArg
+
 DTYPES = ("bf16", "fp16", "fp32")
 
 
 def export_cmd(
-    run_dir: Annotated[
-        str,
-        typer.Argument(
-            metavar="RUN_DIR",
-            help="A `dojo train` --output-dir (or one of its checkpoint-N folders).",
-            show_default=False,
-        ),
-    ],
+    run_dir: RunDirArg,
     output: Annotated[
         str | None,
         typer.Option(

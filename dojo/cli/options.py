@@ -13,6 +13,16 @@ import typer
 
 from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS
 
+RunDirArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="RUN_DIR",
+        help="A `dojo train` --output-dir (or one of its checkpoint-N folders).",
+        show_default=False,
+    ),
+]
+"""The run folder `dojo chat` and `dojo export` read."""
+
 ARGV: list[str] = []
 """The command line being run (set by dojo.cli.main): errors name the flag as the user typed it."""
 
