@@ -90,7 +90,9 @@ def main() -> None:
     data = base / f"rows-{a.rows}.jsonl"
     make_rows(data, a.rows)
     for i in range(a.runs):
-        print(json.dumps({"run": i + 1, **run_once(data, base / f"run-{time.time_ns()}")}), flush=True)
+        print(
+            json.dumps({"run": i + 1, **run_once(data, base / f"run-{time.time_ns()}")}), flush=True
+        )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def looks_like_csv(first_line: str) -> bool:
 # ---- Parquet -------------------------------------------------------------------------------
 
 
-def check_csv(path: Path, ref: str, validate: Any = None) -> None:
+def check_csv(path: Path, ref: str, validate: Any = None, cols: Any = None) -> None:
     """Header names a format's columns; >= 1 valid row among the first SAMPLE_ROWS. Reads only
     those rows (the worker reads the file with `datasets`' csv builder)."""
     import csv
@@ -62,9 +62,10 @@ def check_csv(path: Path, ref: str, validate: Any = None) -> None:
             names = list(reader.fieldnames or [])
     except (UnicodeDecodeError, csv.Error) as e:
         raise DataError(
-            f"--data {ref}: cannot read the CSV file ({e})", hint="save it as UTF-8 CSV with a header"
+            f"--data {ref}: cannot read the CSV file ({e})",
+            hint="save it as UTF-8 CSV with a header",
         ) from None
-    _check_table(ref, "CSV", names, records, validate)
+    _check_table(ref, "CSV", names, records, validate, cols)
 
 
 def _check_table(

@@ -112,7 +112,7 @@ def _read_file(report: RowsReport, ref: str, template: Any, cols: dict[str, str]
 
     path = _check_file(ref)
     if path.suffix.lower() == ".csv":
-        data_check.check_csv(path, ref, validate)
+        data_check.check_csv(path, ref, validate, cols)
         report.passthrough.append(ref)
         return
     if path.suffix.lower() in PASSTHROUGH_SUFFIXES:

@@ -67,7 +67,7 @@ def is_hub_spec(text: str) -> bool:
     if Path(text).expanduser().exists() or text.startswith((".", "/", "~")):
         return False
     m = _HUB.fullmatch(text)
-    return bool(m) and not m["name"].lower().endswith(FILE_SUFFIXES + (".tsv",))
+    return m is not None and not m["name"].lower().endswith(FILE_SUFFIXES + (".tsv",))
 
 
 def parse(spec: str, flag: str = "--data") -> Source:
@@ -110,7 +110,8 @@ def parse_all(
     if ratios:
         if any(w is not None for w in inline):
             raise DataError(
-                "--data-ratios: the --data values carry =WEIGHT already", hint="give one or the other"
+                "--data-ratios: the --data values carry =WEIGHT already",
+                hint="give one or the other",
             )
         if len(ratios) != len(sources):
             raise DataError(

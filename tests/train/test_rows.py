@@ -24,7 +24,13 @@ def test_three_formats_counted_in_order(tmp_path: Path) -> None:
     p = write_jsonl(tmp_path / "d.jsonl", [GOOD, SHAREGPT, ALPACA, GOOD])
     r = read_rows([p])
     assert [s for s, _ in r.rows] == [f"{p}:1", f"{p}:2", f"{p}:3", f"{p}:4"]
-    assert r.format_counts == {"messages": 2, "sharegpt": 1, "alpaca": 1, "prompt_completion": 0, "text": 0}
+    assert r.format_counts == {
+        "messages": 2,
+        "sharegpt": 1,
+        "alpaca": 1,
+        "prompt_completion": 0,
+        "text": 0,
+    }
     assert r.bad == []
     assert r.rows[2][1][-1] == {"role": "assistant", "content": "5"}
 
