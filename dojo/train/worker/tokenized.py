@@ -14,7 +14,7 @@ of Python lists per process on a 2-core box). Now:
    map), writes everything into ``CACHE/<key>.tmp-<pid>`` and renames it into place (atomic:
    a reader sees the whole cache or none); the other ranks poll for ``info.json`` (a file
    barrier: it needs no process group, and works per node). A rank-0 failure leaves
-   ``RUN_DIR/.data-failed``, and the waiting ranks exit instead of waiting forever.
+   ``RUN_DIR/.data-failed-<launcher pid>``, and the waiting ranks exit instead of waiting forever.
 
 CACHE is $DOJO_DATA_CACHE, else ``<datasets' cache>/dojo-tokenized``.
 """
@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -99,22 +100,25 @@ def load_or_build(
     key = fingerprint(job, tokenizer, template, packed)
     final = cache_root() / key
     rank = os.environ.get("RANK", "0")
-    t0 = time.monotonic()
-    if (final / "info.json").is_file():
-        how = "read the tokenized cache"
-    elif int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        failed = Path(job.run_dir) / FAILED
-        try:
-            _build(job, tokenizer, template, packed, final)
-        except BaseException:
-            failed.touch()  # the waiting ranks stop instead of waiting for ever
-            raise
-        how = "tokenized the data once into"
-    else:
-        _wait(final / "info.json", Path(job.run_dir) / FAILED)
-        how = "read the tokenized cache (built by local rank 0)"
+    # The local ranks of one launch share their parent (DeepSpeed's launch process): a marker
+    # named after it cannot be mistaken for one left by an earlier launch into the same folder.
+    failed = Path(job.run_dir) / f"{FAILED}-{os.getppid()}"
+    t0, how, waited = time.monotonic(), "read the tokenized cache", ""
+    if not (final / "info.json").is_file():
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            try:
+                _build(job, tokenizer, template, packed, final)
+            except BaseException:
+                failed.touch()  # the waiting ranks stop instead of waiting for ever
+                raise
+            how = "tokenized the data once into"
+        else:
+            _wait(final / "info.json", failed)
+            waited = ", built by local rank 0"
     train, evals, info = _load(final)
-    print(f"data: rank {rank} {how} {final} ({time.monotonic() - t0:.1f} s)", flush=True)
+    took = time.monotonic() - t0
+    sys.stderr.write(f"data: rank {rank} {how} {final} ({took:.1f} s{waited})\n")
+    sys.stderr.flush()
     return train, evals, info
 
 
