@@ -49,17 +49,18 @@ def test_csv_parquet_mix_with_column_mapping(tmp_path: Path) -> None:
     assert summary(out)["steps"] == 3
 
 
-def test_text_format_trains_every_token(tmp_path: Path) -> None:
+def test_text_format_trains_every_token_packed(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     for k in range(2):
         rows = [{"text": f"Document {k}-{i}: the quick brown fox jumps."} for i in range(40)]
         (docs / f"part{k}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
     out = tmp_path / "run"
-    r = dojo_train(out, "--max-steps", "3", "--data", str(docs))
+    r = dojo_train(out, "--max-steps", "3", "--data", str(docs), "--packing")
     _ok(r)
+    assert "packing: on" in r.stderr
     data = summary(out)["data"]
-    assert data["used"] == 80
+    assert data["used"] == 80 and data["packing"] is True
     # Everything but each document's first token (nothing predicts it) is trained, eos included.
     assert data["tokens"] - data["trained_tokens"] <= 80, data
 

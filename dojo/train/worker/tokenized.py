@@ -230,7 +230,8 @@ def _tokenize(
 
     run = job.run
     report = ex_mod.DataReport()
-    for source, reason in rows.bad:
+    pairs = rows.rows if hasattr(rows, "rows") else rows  # held-out rows come as a plain list
+    for source, reason in getattr(rows, "bad", []):
         report.skip(source, reason)
     report.rows = report.bad
 
@@ -243,7 +244,7 @@ def _tokenize(
         return {"input_ids": [e["input_ids"] for e in exs], "labels": [e["labels"] for e in exs]}
 
     raw = datasets.Dataset.from_dict(
-        {"source": [s for s, _ in rows.rows], "row": [_encode(m) for _, m in rows.rows]}
+        {"source": [s for s, _ in pairs], "row": [_encode(m) for _, m in pairs]}
     )
     target = path.with_name(path.stem + "-unpacked.arrow") if packed else path
     ds = raw.map(
