@@ -199,3 +199,29 @@ def test_plain_examples_train_the_completion_and_eos(tmp_path: Path) -> None:
     pc = exs[1]
     trained = [i for i, lab in zip(pc["input_ids"], pc["labels"], strict=True) if lab != IGNORE]
     assert tok.decode(trained[:-1]).strip() == "four" and trained[-1] == tok.eos_token_id
+
+
+def test_cli_yaml_columns_and_bad_flags_refused_before_launch(cli: Any, tmp_path: Path) -> None:
+    from unittest.mock import patch
+
+    csv = tmp_path / "qa.csv"
+    csv.write_text("question,answer\nq,a\n")
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"data: [{csv}]\ndata_columns:\n  prompt: question\n  completion: answer\n")
+    with patch("dojo.train.launch.run", side_effect=AssertionError("launched")):
+        r = cli(
+            "train", "--nproc", "1", "--config", str(cfg), "--dry-run", "-o", str(tmp_path / "o")
+        )
+    assert r.exit_code == 0, r.stderr
+    cases = [
+        (["--data", str(csv)], f"error: --data {csv}: CSV columns question, answer hold no known format"),
+        (["--data", f"{csv}=0.5", "--data", str(csv)], f"error: --data {csv}: no mixing weight"),
+        (["--data", str(csv), "--data-ratios", "1,x"], "error: --data-ratios 1,x: 'x' is not a positive number"),
+        (["--data", str(csv), "--data-columns", "answer=a"], "error: --data-columns answer=a: 'answer' is not"),
+    ]  # fmt: skip
+    for args, first in cases:
+        with patch("dojo.train.launch.run", side_effect=AssertionError("launched")):
+            r = cli("train", "--nproc", "1", *args, "-o", str(tmp_path / "out"))
+        lines = r.stderr.splitlines()
+        assert r.exit_code == 1 and lines[0].startswith(first), r.stderr
+        assert len(lines) == 2 and lines[1].startswith("hint: ")
