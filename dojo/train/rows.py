@@ -2,15 +2,17 @@
 
 API (used by the launcher's preflight before launch, and by the worker through dojo.train.worker.examples):
 
-    read_rows(paths: list[str], *, template=None) -> RowsReport
-        .rows          list of (source "file:line", messages)   valid rows, in file order
+    read_rows(paths: list[str], *, template=None, columns=None) -> RowsReport
+        .rows          list of (source "file:line", messages or PlainText)  valid rows, in order
         .bad           list of (source, reason)                 skipped rows, never padded
-        .format_counts {"messages": n, "sharegpt": n, "alpaca": n}
-        .passthrough   Hub dataset names and .parquet files, left to the worker (dojo.train.worker.examples)
+        .format_counts {"messages": n, "sharegpt": n, "alpaca": n, "prompt_completion": n, "text": n}
+        .passthrough   Hub datasets, .parquet and .csv files, left to the worker (dojo.train.worker.examples)
 
-Those are checked here too, before launch (dojo.train.data_check): a .parquet file must carry the
-PAR1 magic at both ends, a conversation column and a valid row among its first rows; a Hub id
-must be in the local cache or reachable on the Hub (checked by the launcher, not by every rank).
+``paths`` are --data values (dojo.train.sources: files, folders, Hub specs, =WEIGHT). The
+passthrough ones are checked here too, before launch and cheaply (dojo.train.data_check): a
+.parquet file must carry the PAR1 magic at both ends; a .parquet/.csv file a format's columns
+(after --data-columns) and a valid row among its first rows; a Hub id must be in the local cache
+or reachable on the Hub (checked by the launcher, not by every rank).
 
 JSON Lines end at "\n" only (one trailing "\r" is dropped): json.dumps(ensure_ascii=False) writes
 U+2028, U+2029 and U+0085 raw inside strings, and str.splitlines would cut a row there.

@@ -2,12 +2,14 @@
 
 API (the worker: ``worker_data.build``):
 
-    load_rows(paths: list[str]) -> RowsReport
-        local .jsonl/.json through dojo.train.rows; .parquet files and Hub dataset names through
-        `datasets` (imported here, lazily); every record is validated the same way.
+    load_rows(paths: list[str], columns=None) -> RowsReport
+        local .jsonl/.json through dojo.train.rows; .parquet/.csv files and Hub datasets
+        (OWNER/NAME[:SUBSET][@SPLIT]) through `datasets` (imported here, lazily); every record is
+        renamed by ``columns`` and validated the same way.
     build_examples(rows, tokenizer, template, *, seq_len, overflow="truncate") -> (examples, report)
         rows: a RowsReport (its bad rows are counted) or a list of (source, messages).
-        examples: [{"input_ids": [...], "labels": [...]}], labels -100 outside assistant spans.
+        examples: [{"input_ids": [...], "labels": [...]}], labels -100 outside assistant spans
+        (PlainText rows: no template, the tokenizer's BOS, the completion + an eos trained).
         report: DataReport (.to_dict() for the run log and dojo_summary.json).
 
 Masking: ``dojo.chat.template.assistant_spans`` renders each conversation ONCE and returns the
