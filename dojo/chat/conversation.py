@@ -4,8 +4,14 @@ Detected per record, first match wins:
 - messages: ``{"messages": [{"role": ..., "content": ...}, ...]}`` (or a bare list of messages)
 - ShareGPT: ``{"conversations": [{"from": "human"|"gpt"|"system"|..., "value": ...}, ...]}``
 - Alpaca:   ``{"instruction": ..., "input": ..., "output": ..., ["system"], ["history"]}``
+- prompt/completion (TRL): ``{"prompt": str, "completion": str}`` is plain text, no chat
+  template, the completion is trained; with lists of messages on both sides it is a conversation
+- text (pre-training): ``{"text": str}``, no chat template, the whole text is trained
+
+The two plain-text shapes become a ``PlainText`` (see ``to_example``), not messages.
 """
 
+from dataclasses import dataclass
 from typing import Any
 
 from dojo.errors import DataError
@@ -30,7 +36,18 @@ _SHAREGPT_ROLES = {
     "function": "tool",
 }
 
-FORMATS = ("messages", "sharegpt", "alpaca")
+FORMATS = ("messages", "sharegpt", "alpaca", "prompt_completion", "text")
+
+
+@dataclass(frozen=True)
+class PlainText:
+    """A record trained without a chat template: ``prompt`` is context (not trained), then
+    ``completion`` is trained (for the text format the prompt is empty)."""
+
+    prompt: str
+    completion: str
+
+
 _MSG_HINT = 'e.g. [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]'
 _SHAREGPT_HINT = 'e.g. {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", ...}]}'
 _ALPACA_HINT = 'e.g. {"instruction": "...", "input": "", "output": "...", "history": [["q", "a"]]}'
@@ -51,11 +68,16 @@ def detect_format(record: Any) -> str:
         return "sharegpt"
     if "instruction" in record and "output" in record:
         return "alpaca"
+    if "prompt" in record and "completion" in record:
+        return "prompt_completion"
+    if "text" in record:
+        return "text"
     keys = ", ".join(sorted(map(str, record))) or "none"
     raise DataError(
         f"record is not in a known format (keys: {keys})",
-        hint="expected 'messages' (OpenAI), 'conversations' (ShareGPT) "
-        "or 'instruction'+'output' (Alpaca)",
+        hint="expected 'messages' (OpenAI), 'conversations' (ShareGPT), "
+        "'instruction'+'output' (Alpaca), 'prompt'+'completion' or 'text' "
+        "(or map yours with --data-columns messages=COLUMN)",
     )
 
 
@@ -80,7 +102,20 @@ def nesting_depth(value: Any, limit: int = MAX_NESTING) -> int:
 
 
 def to_messages(record: Any) -> tuple[str, list[Message]]:
-    """Return (format, messages) with every message checked; raise DataError otherwise."""
+    """Return (format, messages) with every message checked; raise DataError otherwise (a
+    plain-text record too: it has no messages)."""
+    fmt, out = to_example(record)
+    if isinstance(out, PlainText):
+        raise DataError(
+            f"a {fmt} record is plain text, not a conversation",
+            hint="chat templates render messages: use messages, ShareGPT or Alpaca rows",
+        )
+    return fmt, out
+
+
+def to_example(record: Any) -> tuple[str, "list[Message] | PlainText"]:
+    """(format, messages) for a conversation, (format, PlainText) for text and string
+    prompt/completion records; DataError saying why not."""
     if nesting_depth(record) > MAX_NESTING:
         raise DataError(
             f"record nests lists/objects more than {MAX_NESTING} levels deep",
@@ -92,7 +127,30 @@ def to_messages(record: Any) -> tuple[str, list[Message]]:
         return fmt, check_messages(msgs)
     if fmt == "sharegpt":
         return fmt, check_messages(_from_sharegpt(record))
-    return fmt, check_messages(_from_alpaca(record))
+    if fmt == "alpaca":
+        return fmt, check_messages(_from_alpaca(record))
+    return fmt, _plain(fmt, record)
+
+
+def _plain(fmt: str, record: dict[str, Any]) -> "list[Message] | PlainText":
+    if fmt == "text":
+        text = record["text"]
+        if not isinstance(text, str) or not text.strip():
+            raise DataError("'text' must be a non-empty string", hint='e.g. {"text": "..."}')
+        _check_text(0, "text", {"content": text})
+        return PlainText("", text)
+    prompt, completion = record["prompt"], record["completion"]
+    if isinstance(prompt, list) and isinstance(completion, list):
+        return check_messages(prompt + completion)  # TRL's conversational prompt/completion
+    if not isinstance(prompt, str) or not isinstance(completion, str):
+        raise DataError(
+            "'prompt' and 'completion' must both be strings (or both lists of messages)",
+            hint='e.g. {"prompt": "2+2=", "completion": "4"}',
+        )
+    if not completion.strip():
+        raise DataError("'completion' is empty: nothing to train on")
+    _check_text(0, "prompt/completion", {"content": prompt + completion})
+    return PlainText(prompt, completion)
 
 
 def check_messages(msgs: Any) -> list[Message]:

@@ -89,8 +89,28 @@ _OPTIONS = [
         ("--data",),
         "list",
         None,
-        "jsonl/json/parquet file or Hub dataset; repeat for several [default: bundled demo chats]",
+        "jsonl/json/parquet/csv file, folder, or Hub dataset OWNER/NAME[:SUBSET][@SPLIT]; "
+        "repeat for several, =WEIGHT to mix (a.jsonl=0.7) [default: bundled demo chats]",
         panel=MODEL,
+    ),
+    Option(
+        "data_columns",
+        ("--data-columns",),
+        "list",
+        None,
+        "Rename a data column to the one dojo reads: TARGET=SOURCE (messages=conversation); "
+        "repeat, or a YAML mapping",
+        panel=MODEL,
+        example="messages=conversation",
+    ),
+    Option(
+        "data_ratios",
+        ("--data-ratios",),
+        "str",
+        None,
+        "Mixing ratios, one per --data in order (0.7,0.3); same as --data a=0.7 --data b=0.3",
+        panel=MODEL,
+        example="0.7,0.3",
     ),
     Option(
         "template",

@@ -166,6 +166,8 @@ def _bool(value: Any, where: str) -> bool:
 
 
 def _list(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, dict):  # a YAML mapping (data_columns: {messages: conversation})
+        value = [f"{k}={v}" for k, v in value.items()]
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list | tuple) or not all(

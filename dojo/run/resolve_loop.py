@@ -122,7 +122,17 @@ def fields(v: dict[str, Any]) -> dict[str, Any]:
         "modules_to_save": _names(mts) if mts else (),
         "report_to": () if report == "none" else (report,),
         "logging_steps": logging,
+        **data_fields(v),
     }
+
+
+def data_fields(v: dict[str, Any]) -> dict[str, Any]:
+    """--data-columns and --data-ratios, checked (DataError names the flag)."""
+    from dojo.train import sources
+
+    columns = tuple(v.get("data_columns") or ())
+    sources.parse_columns(columns)
+    return {"data_columns": columns, "data_ratios": sources.parse_ratios(v.get("data_ratios"))}
 
 
 def _names(text: str) -> tuple[str, ...]:

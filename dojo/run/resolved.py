@@ -8,7 +8,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-_TUPLES = ("gpus", "data", "assumed", "eval_data", "modules_to_save", "report_to")
+_TUPLES = (
+    "gpus", "data", "assumed", "eval_data", "modules_to_save", "report_to", "data_columns",
+    "data_ratios",
+)  # fmt: skip
 FORMAT = 1
 """run.json format; bumped when a field changes meaning."""
 
@@ -118,6 +121,11 @@ class ResolvedRun:
     """Trainer integrations (tensorboard, wandb, mlflow); empty = none."""
     revision: str | None = None
     """Branch, tag or commit of a Hub model (from_pretrained's revision); None = main."""
+    # Data sources (dojo.train.sources)
+    data_columns: tuple[str, ...] = ()
+    """TARGET=SOURCE column renames applied to every data source."""
+    data_ratios: tuple[float, ...] = ()
+    """Mixing ratios, one per --data (empty = inline =WEIGHT or no mixing)."""
 
     @property
     def evaluates(self) -> bool:

@@ -19,7 +19,14 @@ PARQUET_MAGIC = b"PAR1"
 SAMPLE_ROWS = 64
 """Parquet rows validated before launch: enough to catch a wrong column layout, cheap to read."""
 _HUB_TIMEOUT_S = 10.0
-_FORMAT_COLUMNS = (("messages",), ("conversations",), ("instruction", "output"))
+_FORMAT_COLUMNS = (
+    ("messages",), ("conversations",), ("instruction", "output"), ("prompt", "completion"),
+    ("text",),
+)  # fmt: skip
+_FORMATS_HINT = (
+    "it needs a messages column (OpenAI), conversations (ShareGPT), instruction+output (Alpaca), "
+    "prompt+completion or text; map yours with --data-columns messages=COLUMN"
+)
 CSV_HINT = (
     'dojo reads JSON lines; convert it, e.g. python -c "import csv,json,sys; '
     '[print(json.dumps(r)) for r in csv.DictReader(open(sys.argv[1]))]" data.csv > data.jsonl '
@@ -42,9 +49,44 @@ def looks_like_csv(first_line: str) -> bool:
 # ---- Parquet -------------------------------------------------------------------------------
 
 
-def check_parquet(path: Path, ref: str, validate: Any = None) -> None:
-    """PAR1 at both ends; with pyarrow: a conversation column and >= 1 valid row among the first
-    SAMPLE_ROWS (``validate(record)`` raises DojoError for a bad one)."""
+def check_csv(path: Path, ref: str, validate: Any = None, cols: Any = None) -> None:
+    """Header names a format's columns; >= 1 valid row among the first SAMPLE_ROWS. Reads only
+    those rows (the worker reads the file with `datasets`' csv builder)."""
+    import csv
+    import itertools
+
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            records = [dict(r) for r in itertools.islice(reader, SAMPLE_ROWS)]
+            names = list(reader.fieldnames or [])
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise DataError(
+            f"--data {ref}: cannot read the CSV file ({e})",
+            hint="save it as UTF-8 CSV with a header",
+        ) from None
+    _check_table(ref, "CSV", names, records, validate, cols)
+
+
+def _check_table(
+    ref: str, what: str, names: list[str], records: list[Any], validate: Any, cols: Any = None
+) -> None:
+    mapped = [(cols or {}).get(n, n) for n in names]
+    if not any(all(c in mapped for c in need) for need in _FORMAT_COLUMNS):
+        raise DataError(
+            f"--data {ref}: {what} columns {', '.join(names) or '(none)'} hold no known format",
+            hint=_FORMATS_HINT,
+        )
+    if not records:
+        raise DataError(f"--data {ref}: the {what} file has no rows")
+    if validate is not None:
+        _first_valid(records, ref, validate)
+
+
+def check_parquet(path: Path, ref: str, validate: Any = None, cols: Any = None) -> None:
+    """PAR1 at both ends; with pyarrow: a format's columns (after ``cols`` {source: target}
+    renames) and >= 1 valid row among the first SAMPLE_ROWS (``validate(record)`` raises
+    DojoError for a bad one)."""
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(4)
@@ -75,16 +117,7 @@ def check_parquet(path: Path, ref: str, validate: Any = None) -> None:
             f"--data {ref}: cannot read the Parquet file ({type(e).__name__}: {e})",
             hint="the file is damaged: export it again",
         ) from None
-    if not any(all(c in names for c in cols) for cols in _FORMAT_COLUMNS):
-        raise DataError(
-            f"--data {ref}: Parquet columns {', '.join(names) or '(none)'} hold no conversations",
-            hint="it needs a messages column (OpenAI), conversations (ShareGPT) or "
-            "instruction+output (Alpaca)",
-        )
-    if not records:
-        raise DataError(f"--data {ref}: the Parquet file has no rows")
-    if validate is not None:
-        _first_valid(records, ref, validate)
+    _check_table(ref, "Parquet", names, records, validate, cols)
 
 
 def _first_valid(records: list[Any], ref: str, validate: Any) -> None:
@@ -100,8 +133,7 @@ def _first_valid(records: list[Any], ref: str, validate: Any) -> None:
     raise DataError(
         f"--data {ref}: none of the first {len(records)} rows is a usable conversation; "
         f"first problem: {first_error}",
-        hint="each row needs messages (OpenAI), conversations (ShareGPT) or instruction/output "
-        "(Alpaca)",
+        hint=_FORMATS_HINT,
     )
 
 

@@ -40,7 +40,7 @@ def plan(
     preflight.check_template(run.template, run.model, kind)
     added = vocab.check_before_launch(run, run.model if kind == "local" else None)
     data = run.data or preflight.default_data()
-    data_info = preflight.check_data(data)
+    data_info = preflight.check_data(data, columns=run.data_columns, ratios=run.data_ratios)
     eval_info = preflight.check_eval_data(run, data_info)
     preflight.check_output(run, spec, force=force)
     resume_from = preflight.check_resume(run, kind)

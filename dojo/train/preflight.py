@@ -250,12 +250,21 @@ def default_data() -> tuple[str, ...]:
     return (str(templates_dir() / "data" / "demo_chat.jsonl"),)
 
 
-def check_data(data: tuple[str, ...], flag: str = "--data") -> dict[str, Any]:
-    """Local files must hold >= 1 valid row; Hub datasets and parquet are read by the worker."""
+def check_data(
+    data: tuple[str, ...],
+    flag: str = "--data",
+    columns: tuple[str, ...] = (),
+    ratios: tuple[float, ...] = (),
+) -> dict[str, Any]:
+    """Local files must hold >= 1 valid row; Hub datasets, Parquet and CSV are checked cheaply
+    (cache, schema, first rows) and read by the worker."""
+    from dojo.train import sources
     from dojo.train.rows import read_rows
 
     try:
-        report = read_rows(list(data))
+        if flag == "--data":
+            sources.parse_all(list(data), ratios)  # weights: all or none, one ratio per source
+        report = read_rows(list(data), columns=sources.parse_columns(columns))
     except DataError as e:  # rows.py names --data; the same reader checks --eval-data
         if flag == "--data" or not e.message.startswith("--data"):
             raise
@@ -279,7 +288,8 @@ def check_eval_data(run: ResolvedRun, train_info: dict[str, Any]) -> str:
     """--eval-data is checked like --data; --eval-split must leave rows on both sides. Returns
     the line to print ("" without eval)."""
     if run.eval_data:
-        return str(check_data(run.eval_data, flag="--eval-data")["summary"])
+        info = check_data(run.eval_data, flag="--eval-data", columns=run.data_columns)
+        return str(info["summary"])
     if run.eval_split is None:
         return ""
     n = train_info["valid"]

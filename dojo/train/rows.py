@@ -2,15 +2,17 @@
 
 API (used by the launcher's preflight before launch, and by the worker through dojo.train.worker.examples):
 
-    read_rows(paths: list[str], *, template=None) -> RowsReport
-        .rows          list of (source "file:line", messages)   valid rows, in file order
+    read_rows(paths: list[str], *, template=None, columns=None) -> RowsReport
+        .rows          list of (source "file:line", messages or PlainText)  valid rows, in order
         .bad           list of (source, reason)                 skipped rows, never padded
-        .format_counts {"messages": n, "sharegpt": n, "alpaca": n}
-        .passthrough   Hub dataset names and .parquet files, left to the worker (dojo.train.worker.examples)
+        .format_counts {"messages": n, "sharegpt": n, "alpaca": n, "prompt_completion": n, "text": n}
+        .passthrough   Hub datasets, .parquet and .csv files, left to the worker (dojo.train.worker.examples)
 
-Those are checked here too, before launch (dojo.train.data_check): a .parquet file must carry the
-PAR1 magic at both ends, a conversation column and a valid row among its first rows; a Hub id
-must be in the local cache or reachable on the Hub (checked by the launcher, not by every rank).
+``paths`` are --data values (dojo.train.sources: files, folders, Hub specs, =WEIGHT). The
+passthrough ones are checked here too, before launch and cheaply (dojo.train.data_check): a
+.parquet file must carry the PAR1 magic at both ends; a .parquet/.csv file a format's columns
+(after --data-columns) and a valid row among its first rows; a Hub id must be in the local cache
+or reachable on the Hub (checked by the launcher, not by every rank).
 
 JSON Lines end at "\n" only (one trailing "\r" is dropped): json.dumps(ensure_ascii=False) writes
 U+2028, U+2029 and U+0085 raw inside strings, and str.splitlines would cut a row there.
@@ -30,21 +32,24 @@ from pathlib import Path
 from typing import Any
 
 from dojo import safe_load
-from dojo.chat.conversation import FORMATS, Message, to_messages
+from dojo.chat.conversation import FORMATS, Message, PlainText, to_example
 from dojo.errors import DataError, DojoError
-from dojo.train import data_check
+from dojo.train import data_check, sources
 
 ROW_SUFFIXES = (".jsonl", ".ndjson", ".json")
 """Read here. .json holds one array of records, one record, or (as `datasets` accepts) JSON lines."""
-PASSTHROUGH_SUFFIXES = (".parquet",)
-"""Read by the worker with `datasets` (pyarrow is not stdlib); checked here before launch."""
-_TABLE_SUFFIXES = (".csv", ".tsv")
+PASSTHROUGH_SUFFIXES = (".parquet", ".csv")
+"""Read by the worker with `datasets` (pyarrow is not stdlib); schema and first rows checked
+here before launch."""
+_TABLE_SUFFIXES = (".tsv",)
+Example = list[Message] | PlainText
+"""What a valid row becomes: messages (rendered with the chat template) or plain text."""
 _SNIFF_BYTES = 8192  # a NUL byte in the first 8 KiB means binary, as git and grep decide
 
 
 @dataclass(frozen=True)
 class RowsReport:
-    rows: list[tuple[str, list[Message]]] = field(default_factory=list)
+    rows: list[tuple[str, Example]] = field(default_factory=list)
     bad: list[tuple[str, str]] = field(default_factory=list)
     format_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FORMATS, 0))
     passthrough: list[str] = field(default_factory=list)
@@ -60,14 +65,8 @@ class RowsReport:
 
 
 def is_hub_name(ref: str) -> bool:
-    """'owner/name' that is not a local path: a Hub dataset id for the worker."""
-    p = Path(ref).expanduser()
-    return (
-        not p.exists()
-        and ref.count("/") == 1
-        and not ref.startswith((".", "/", "~"))
-        and not ref.endswith(ROW_SUFFIXES + PASSTHROUGH_SUFFIXES)
-    )
+    """'owner/name[:subset][@split]' that is not a local path: a Hub dataset for the worker."""
+    return sources.is_hub_spec(ref)
 
 
 def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
@@ -77,9 +76,16 @@ def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def read_rows(
-    paths: list[str], *, template: Any = None, hub_check: bool | None = None
+    paths: list[str],
+    *,
+    template: Any = None,
+    hub_check: bool | None = None,
+    columns: dict[str, str] | None = None,
 ) -> RowsReport:
-    """Every row of every local file (see module docstring).
+    """Every row of every local JSON file (see module docstring). ``paths`` are --data values
+    (dojo.train.sources: files, folders, Hub datasets, =WEIGHT); ``columns`` {source: target}
+    renames columns before a row is read. Parquet/CSV files and Hub datasets go to
+    ``passthrough`` (as file paths / the Hub spec) after a cheap check.
 
     ``hub_check``: ask the cache/Hub whether a Hub id can be read; None = only outside a
     launched rank (LOCAL_RANK unset): the launcher checked before launch, ranks need not ask.
@@ -89,36 +95,52 @@ def read_rows(
         raise DataError("--data: no data file given", hint="pass --data FILE.jsonl (or a Hub id)")
     if hub_check is None:
         hub_check = os.environ.get("LOCAL_RANK") is None
-    for ref in paths:
-        if is_hub_name(ref):
+    cols = columns or {}
+    for spec in paths:
+        src = sources.parse(spec)
+        if src.kind == "hub":
             if hub_check:
-                data_check.check_hub_dataset(ref)
-            report.passthrough.append(ref)
+                data_check.check_hub_dataset(src.name)
+            report.passthrough.append(src.key())
             continue
-        path = _check_file(ref)
-        if path.suffix.lower() in PASSTHROUGH_SUFFIXES:
-            data_check.check_parquet(path, ref, validate_record)
-            report.passthrough.append(ref)
-            continue
-        try:
-            records = _records(path, ref)
-        except RecursionError:  # json.loads recurses once per level of nesting
-            raise DataError(
-                f"--data {ref}: a row is nested too deeply to be a conversation",
-                hint='each row is one object: {"messages": [{"role": ..., "content": ...}]}',
-            ) from None
-        for source, record in records:
-            nested = safe_load.nesting_exceeds(record, safe_load.MAX_DEPTH)
-            if nested:
-                report.bad.append((source, f"nested deeper than {safe_load.MAX_DEPTH} levels"))
-                continue
-            _add(report, source, record, template)
+        for ref in src.files:
+            _read_file(report, ref, template, cols)
     return report
 
 
-def validate_record(record: Any) -> tuple[str, list[Message]]:
-    """(format, messages) for a usable conversation; DataError saying why not."""
-    fmt, messages = to_messages(record)
+def _read_file(report: RowsReport, ref: str, template: Any, cols: dict[str, str]) -> None:
+    def validate(record: Any) -> Any:
+        return validate_record(sources.rename(record, cols))
+
+    path = _check_file(ref)
+    if path.suffix.lower() == ".csv":
+        data_check.check_csv(path, ref, validate, cols)
+        report.passthrough.append(ref)
+        return
+    if path.suffix.lower() in PASSTHROUGH_SUFFIXES:
+        data_check.check_parquet(path, ref, validate, cols)
+        report.passthrough.append(ref)
+        return
+    try:
+        records = _records(path, ref)
+    except RecursionError:  # json.loads recurses once per level of nesting
+        raise DataError(
+            f"--data {ref}: a row is nested too deeply to be a conversation",
+            hint='each row is one object: {"messages": [{"role": ..., "content": ...}]}',
+        ) from None
+    for source, record in records:
+        nested = safe_load.nesting_exceeds(record, safe_load.MAX_DEPTH)
+        if nested:
+            report.bad.append((source, f"nested deeper than {safe_load.MAX_DEPTH} levels"))
+            continue
+        _add(report, source, sources.rename(record, cols), template)
+
+
+def validate_record(record: Any) -> tuple[str, Example]:
+    """(format, messages or PlainText) for a usable row; DataError saying why not."""
+    fmt, messages = to_example(record)
+    if isinstance(messages, PlainText):
+        return fmt, messages  # to_example refused an empty text/completion
     replies = [m for m in messages if m["role"] == "assistant"]
     if not replies:
         raise DataError("no assistant turn: nothing to train on")
@@ -130,7 +152,7 @@ def validate_record(record: Any) -> tuple[str, list[Message]]:
 def _add(report: RowsReport, source: str, record: Any, template: Any) -> None:
     try:
         fmt, messages = validate_record(record)
-        if template is not None:
+        if template is not None and not isinstance(messages, PlainText):
             _render_check(template, messages)
     except DojoError as e:
         report.bad.append((source, e.message))
@@ -159,10 +181,6 @@ def _check_file(ref: str) -> Path:
     path = Path(ref).expanduser()
     if not path.exists():
         raise DataError(f"--data {ref}: no such file", hint="check the path (or give a Hub id)")
-    if path.is_dir():
-        raise DataError(
-            f"--data {ref} is a folder", hint="pass the data files inside it: --data DIR/*.jsonl"
-        )
     suffix = path.suffix.lower()
     if suffix in _TABLE_SUFFIXES:
         raise DataError(f"--data {ref}: CSV/TSV is not read by dojo", hint=data_check.CSV_HINT)

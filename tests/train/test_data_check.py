@@ -91,7 +91,7 @@ def test_bad_json_line_number_counts_newlines_only(tmp_path: Path) -> None:
             "csv.DictReader",
         ),
         ("d.jsonl", "prompt\tresponse\nhi\tyo\n", ":1: not valid JSON", "looks like CSV"),
-        ("d.csv", "instruction,input,output\nAdd,2 3,5\n", "CSV/TSV is not read", "csv.DictReader"),
+        ("d.csv", "a,b\n1,2\n", "CSV columns a, b hold no known format", "--data-columns"),
         ("d.tsv", "a\tb\n", "CSV/TSV is not read", "data.jsonl"),
     ],
 )
@@ -150,7 +150,7 @@ def test_truncated_parquet_refused(tmp_path: Path) -> None:
 
 def test_parquet_schema_and_first_rows(tmp_path: Path) -> None:
     wrong = _parquet(tmp_path / "wrong.parquet", [{"prompt": "q", "answer": "a"}])
-    with pytest.raises(DataError, match="columns prompt, answer hold no conversations"):
+    with pytest.raises(DataError, match="columns prompt, answer hold no known format"):
         read_rows([str(wrong)])
     bad = _parquet(tmp_path / "bad.parquet", [{"messages": [{"role": "user", "content": "q"}]}])
     with pytest.raises(
@@ -248,7 +248,7 @@ def test_hub_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("d.parquet", json.dumps(GOOD) + "\n", "error: --data {p} is not a Parquet file"),
         ("d.json", '{"messages": [', "error: --data {p}:1: not valid JSON"),
-        ("d.csv", "instruction,output\nq,a\n", "error: --data {p}: CSV/TSV is not read"),
+        ("d.csv", "a,b\nq,a\n", "error: --data {p}: CSV columns a, b hold no known format"),
         ("acme/missing", None, "error: --data acme/missing: Hub dataset not in the local cache"),
     ],
 )

@@ -24,7 +24,13 @@ def test_three_formats_counted_in_order(tmp_path: Path) -> None:
     p = write_jsonl(tmp_path / "d.jsonl", [GOOD, SHAREGPT, ALPACA, GOOD])
     r = read_rows([p])
     assert [s for s, _ in r.rows] == [f"{p}:1", f"{p}:2", f"{p}:3", f"{p}:4"]
-    assert r.format_counts == {"messages": 2, "sharegpt": 1, "alpaca": 1}
+    assert r.format_counts == {
+        "messages": 2,
+        "sharegpt": 1,
+        "alpaca": 1,
+        "prompt_completion": 0,
+        "text": 0,
+    }
     assert r.bad == []
     assert r.rows[2][1][-1] == {"role": "assistant", "content": "5"}
 
@@ -94,7 +100,7 @@ def test_json_single_object_and_json_lines_named_json(tmp_path: Path) -> None:
         ("bad.jsonl", b'{"messages": []}\n{"messages": [\n', ":2: not valid JSON"),
         ("bad.json", b'[\n{"messages": []},\n{"messages": ]\n]', ":3: not valid JSON"),
         ("trail.json", b"[{}] x", "extra data"),
-        ("data.csv", b"a,b\n", "CSV/TSV is not read by dojo"),
+        ("data.csv", b"a,b\n", "CSV columns a, b hold no known format"),
         ("data.txt", b"a,b\n", "unsupported file type '.txt'"),
     ],
 )
@@ -110,7 +116,7 @@ def test_file_errors(tmp_path: Path, name: str, content: bytes, message: str) ->
 def test_missing_and_folder(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no such file"):
         read_rows([str(tmp_path / "nope.jsonl")])
-    with pytest.raises(DataError, match="is a folder"):
+    with pytest.raises(DataError, match="the folder holds no .jsonl"):
         read_rows([str(tmp_path)])
     with pytest.raises(DataError, match="no data file"):
         read_rows([])

@@ -69,21 +69,14 @@ def split_rows(rows: Any, fraction: float, seed: int) -> tuple[Any, list[Any]]:
 def build(
     job: Any, tokenizer: Any, model: Any, template: Any = None
 ) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """(train dataset, eval dataset or None, collator, data report) for the Trainer."""
-    from dojo.train.worker import examples as data_mod
+    """(train dataset, eval dataset or None, collator, data report) for the Trainer. The rows
+    are tokenized once, by local rank 0, and cached (dojo.train.worker.tokenized)."""
+    from dojo.train.worker import packing, tokenized
 
     run = job.run
     template = template or pick_template(job, tokenizer)
-    rows = data_mod.load_rows(list(job.data))
-    eval_rows: Any = None
-    if run.eval_split is not None:
-        rows, eval_rows = split_rows(rows, run.eval_split, run.seed)
-    elif run.eval_data:
-        eval_rows = data_mod.load_rows(list(run.eval_data))
-    examples, report = data_mod.build_examples(
-        rows, tokenizer, template, seq_len=run.seq_len, overflow=run.overflow
-    )
-    info: dict[str, Any] = report.to_dict()
+    packed, why = packing.packing_supported(model) if run.packing else (False, "")
+    train, evals, info = tokenized.load_or_build(job, tokenizer, template, packed)
     print0(
         f"data: {info['used']} examples from {info['rows']} rows ({info['bad']} bad, "
         f"{info['truncated']} truncated, {info['dropped']} dropped), "
@@ -91,49 +84,30 @@ def build(
     )
     for line in info["bad_rows"][:5]:
         print0(f"  skipped {line}")
-    if not examples:
+    if not info["used"]:
         _stop("no trainable example left after tokenization (see the report above)")
-    evals: list[Any] | None = None
-    if eval_rows is not None:
-        evals, eval_report = data_mod.build_examples(
-            eval_rows, tokenizer, template, seq_len=run.seq_len, overflow=run.overflow
-        )
-        info["eval"] = e = eval_report.to_dict()
+    if evals is not None:
+        e = info["eval"]
         print0(f"eval data: {e['used']} examples from {e['rows']} rows ({e['bad']} bad)")
-        if not evals:
+        if not e["used"]:
             _stop("no eval example left after tokenization (see the eval data report above)")
     pad_id = (
         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     )
-    train, collator = _batches(examples, model, run, pad_id, info)
-    if evals is not None and info.get("packing"):
-        from dojo.train.worker import packing
-
-        evals = packing.pack(evals, run.seq_len)
-    return train, evals, collator, info
-
-
-def _stop(message: str) -> NoReturn:
-    sys.stderr.write(f"error: {message}\n")
-    raise SystemExit(1)
-
-
-def _batches(
-    examples: list[Any], model: Any, run: Any, pad_id: int, info: dict[str, Any]
-) -> tuple[Any, Any]:
-    from dojo.train.worker import packing
-
     if run.packing:
-        ok, why = packing.packing_supported(model)
-        info["packing"] = ok
-        if ok:
+        info["packing"] = packed
+        if packed:
             print0(f"packing: on ({why})")
             # FlashAttention-2 finds packed samples only in a batch of one row, so flatten the
             # micro-batch there; SDPA/flex/eager read per-row position_ids, and keeping
             # [micro_batch, seq_len] rows lets a row that holds one sample use the unmasked
             # causal (flash) SDPA kernel instead of a masked one over the whole flat batch.
             flatten = getattr(model.config, "_attn_implementation", "") == "flash_attention_2"
-            collator = packing.PackedCollator(pad_id, flatten=flatten)
-            return packing.pack(examples, run.seq_len), collator
+            return train, evals, packing.PackedCollator(pad_id, flatten=flatten), info
         print0(f"warning: packing off, padding instead: {why}")
-    return examples, packing.PadCollator(pad_id)
+    return train, evals, packing.PadCollator(pad_id), info
+
+
+def _stop(message: str) -> NoReturn:
+    sys.stderr.write(f"error: {message}\n")
+    raise SystemExit(1)

@@ -2,12 +2,14 @@
 
 API (the worker: ``worker_data.build``):
 
-    load_rows(paths: list[str]) -> RowsReport
-        local .jsonl/.json through dojo.train.rows; .parquet files and Hub dataset names through
-        `datasets` (imported here, lazily); every record is validated the same way.
+    load_rows(paths: list[str], columns=None) -> RowsReport
+        local .jsonl/.json through dojo.train.rows; .parquet/.csv files and Hub datasets
+        (OWNER/NAME[:SUBSET][@SPLIT]) through `datasets` (imported here, lazily); every record is
+        renamed by ``columns`` and validated the same way.
     build_examples(rows, tokenizer, template, *, seq_len, overflow="truncate") -> (examples, report)
         rows: a RowsReport (its bad rows are counted) or a list of (source, messages).
-        examples: [{"input_ids": [...], "labels": [...]}], labels -100 outside assistant spans.
+        examples: [{"input_ids": [...], "labels": [...]}], labels -100 outside assistant spans
+        (PlainText rows: no template, the tokenizer's BOS, the completion + an eos trained).
         report: DataReport (.to_dict() for the run log and dojo_summary.json).
 
 Masking: ``dojo.chat.template.assistant_spans`` renders each conversation ONCE and returns the
@@ -24,9 +26,10 @@ if no trained token is left), ``drop`` skips them; both are counted.
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dojo.chat.conversation import Message
+from dojo.chat.conversation import PlainText
 from dojo.errors import DataError, DojoError
-from dojo.train.rows import RowsReport, is_hub_name, read_rows, validate_record
+from dojo.train import sources
+from dojo.train.rows import Example, RowsReport, read_rows, validate_record
 from dojo.train.worker.packing import IGNORE
 
 OVERFLOW = ("truncate", "drop")
@@ -66,13 +69,15 @@ class DataReport:
         return d
 
 
-def load_rows(paths: list[str]) -> RowsReport:
-    """Local files via dojo.train.rows, then parquet files and Hub datasets via `datasets`."""
-    report = read_rows(list(paths))
+def load_rows(paths: list[str], columns: dict[str, str] | None = None) -> RowsReport:
+    """Local JSON files via dojo.train.rows, then Parquet/CSV files and Hub datasets via
+    `datasets`; ``columns`` {source: target} renames columns first."""
+    cols = columns or {}
+    report = read_rows(list(paths), columns=cols)
     for ref in report.passthrough:
         for source, record in _dataset_records(ref):
             try:
-                fmt, messages = validate_record(record)
+                fmt, messages = validate_record(sources.rename(record, cols))
             except DojoError as e:
                 report.bad.append((source, e.message))
                 continue
@@ -84,11 +89,13 @@ def load_rows(paths: list[str]) -> RowsReport:
 def _dataset_records(ref: str) -> Any:
     import datasets
 
+    src = sources.parse(ref)
     try:
-        if is_hub_name(ref):
-            ds = datasets.load_dataset(ref, split="train")
+        if src.kind == "hub":
+            ds = datasets.load_dataset(src.name, src.subset, split=src.split)
         else:
-            ds = datasets.load_dataset("parquet", data_files=ref, split="train")
+            builder = "csv" if ref.lower().endswith(".csv") else "parquet"
+            ds = datasets.load_dataset(builder, data_files=ref, split="train")
     except Exception as e:  # datasets raises many types (FileNotFound, ConnectionError, ...)
         raise DataError(f"--data {ref}: cannot load with datasets: {e}") from e
     for i, record in enumerate(ds):
@@ -96,7 +103,7 @@ def _dataset_records(ref: str) -> Any:
 
 
 def build_examples(
-    rows: RowsReport | list[tuple[str, list[Message]]],
+    rows: RowsReport | list[tuple[str, Example]],
     tokenizer: Any,
     template: Any,
     *,
@@ -121,8 +128,13 @@ def build_examples(
         for source, reason in rows.bad:
             report.skip(source, reason)
     report.rows = len(pairs) + report.bad
-    rendered: list[tuple[str, str, list[tuple[int, int]]]] = []
+    rendered: list[tuple[str, str, list[tuple[int, int]], bool]] = []
     for source, messages in pairs:
+        if isinstance(messages, PlainText):
+            # No template: the text as it is, the tokenizer's own BOS, the completion trained.
+            text = messages.prompt + messages.completion
+            rendered.append((source, text, [(len(messages.prompt), len(text))], True))
+            continue
         try:
             text, spans = assistant_spans(template, messages)
         except DojoError as e:
@@ -131,19 +143,27 @@ def build_examples(
         if not spans:
             report.skip(source, "no assistant text found in the rendered conversation")
             continue
-        rendered.append((source, text, spans))
+        rendered.append((source, text, spans, False))
     examples: list[dict[str, list[int]]] = []
+    eos = getattr(tokenizer, "eos_token_id", None)
     for start in range(0, len(rendered), _BATCH):
         chunk = rendered[start : start + _BATCH]
-        enc = tokenizer(
-            [text for _, text, _ in chunk],
-            add_special_tokens=False,
-            return_offsets_mapping=True,
-        )
-        for (_, _, spans), ids, offsets in zip(
-            chunk, enc["input_ids"], enc["offset_mapping"], strict=True
-        ):
-            ex = _example(list(ids), mask_labels(ids, offsets, spans), seq_len, overflow, report)
+        encoded: dict[int, tuple[list[int], list[int]]] = {}
+        for plain in (False, True):
+            idx = [i for i, r in enumerate(chunk) if r[3] is plain]
+            if not idx:
+                continue
+            # Templates write their own BOS; plain text gets the tokenizer's (as TRL does).
+            enc = tokenizer(
+                [chunk[i][1] for i in idx], add_special_tokens=plain, return_offsets_mapping=True
+            )
+            for i, ids, offsets in zip(idx, enc["input_ids"], enc["offset_mapping"], strict=True):
+                ids, labels = list(ids), mask_labels(ids, offsets, chunk[i][2])
+                if plain and eos is not None and (not ids or ids[-1] != eos):
+                    ids, labels = ids + [eos], labels + [eos]  # trained: the model learns to stop
+                encoded[i] = (ids, labels)
+        for i in range(len(chunk)):
+            ex = _example(*encoded[i], seq_len, overflow, report)
             if ex is not None:
                 examples.append(ex)
     return examples, report

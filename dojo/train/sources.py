@@ -1,0 +1,189 @@
+"""What ``--data`` names: local files and folders, Hub datasets, and their mixing weights. Pure.
+
+Syntax of one ``--data`` value (also a ``data:`` YAML list item):
+
+    PATH                   a .jsonl/.ndjson/.json/.parquet/.csv file, or a folder: every such
+                           file directly in it, sorted by name
+    OWNER/NAME[:SUBSET][@SPLIT]
+                           a Hub dataset (SUBSET = its config name; SPLIT defaults to train and
+                           may slice: train[:10%])
+    ...=WEIGHT             any of the above with a mixing weight (a positive number), e.g.
+                           --data a.jsonl=0.7 --data org/ds:en@train=0.3
+
+Why ``=`` for the weight and not ``:``: ``:`` already separates a Hub subset (``org/ds:en``) and
+starts every Windows path (``C:\\data``). A value that exists on disk as written is always a path,
+so a Hive folder such as ``part=1`` stays a folder. ``--data-ratios 0.7,0.3`` is the same as
+inline weights, one per --data in order; give one or the other. Weights are relative: they are
+normalised to sum to 1.
+
+Column mapping (``--data-columns messages=conversation``, or a YAML mapping ``data_columns:
+{messages: conversation}``): the source column is renamed to the format column dojo detects,
+in every source that has it.
+"""
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dojo.errors import DataError
+
+FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".csv")
+"""Files a folder contributes (and files --data reads)."""
+COLUMN_TARGETS = (
+    "messages", "conversations", "instruction", "input", "output", "system", "history",
+    "text", "prompt", "completion",
+)  # fmt: skip
+"""Columns dojo reads a format from: the left side of --data-columns."""
+_HUB = re.compile(
+    r"(?P<name>[A-Za-z0-9][\w.-]*/[\w.-]+)(?::(?P<subset>[\w.-]+))?(?:@(?P<split>[\w.:%+\[\]-]+))?"
+)
+_WEIGHT = re.compile(r"(?P<spec>.+)=(?P<w>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
+_SYNTAX = "PATH, OWNER/NAME[:SUBSET][@SPLIT], optionally =WEIGHT (e.g. a.jsonl=0.7)"
+
+
+@dataclass(frozen=True)
+class Source:
+    spec: str
+    """The --data value as given (for messages)."""
+    kind: str
+    """file | hub"""
+    name: str
+    """The path (file kind) or OWNER/NAME (hub kind)."""
+    files: tuple[str, ...] = ()
+    """file kind: the files read (a folder's supported files, sorted)."""
+    subset: str | None = None
+    split: str = "train"
+    weight: float | None = None
+
+    def key(self) -> str:
+        """What names this source in rows' "source[i]" and in messages."""
+        return self.name if self.kind == "file" else self.spec.rsplit("=", 1)[0]
+
+
+def is_hub_spec(text: str) -> bool:
+    """OWNER/NAME[:SUBSET][@SPLIT] that is not a local path."""
+    if Path(text).expanduser().exists() or text.startswith((".", "/", "~")):
+        return False
+    m = _HUB.fullmatch(text)
+    return m is not None and not m["name"].lower().endswith(FILE_SUFFIXES + (".tsv",))
+
+
+def parse(spec: str, flag: str = "--data") -> Source:
+    """One --data value -> Source (files of a folder listed); DataError naming the flag."""
+    text, weight = spec.strip(), None
+    if not text:
+        raise DataError(f"{flag} {spec!r}: empty", hint=f"give {_SYNTAX}")
+    m = _WEIGHT.fullmatch(text)
+    if m and not Path(text).expanduser().exists():
+        text, weight = m["spec"], float(m["w"])
+        if not (weight > 0 and math.isfinite(weight)):
+            raise DataError(
+                f"{flag} {spec}: weight {m['w']} must be a positive number", hint=f"give {_SYNTAX}"
+            )
+    if is_hub_spec(text):
+        h = _HUB.fullmatch(text)
+        assert h is not None
+        return Source(spec, "hub", h["name"], (), h["subset"], h["split"] or "train", weight)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        files = sorted(
+            str(p) for p in path.iterdir() if p.is_file() and p.suffix.lower() in FILE_SUFFIXES
+        )
+        if not files:
+            raise DataError(
+                f"{flag} {spec}: the folder holds no {'/'.join(FILE_SUFFIXES)} file",
+                hint="put the data files directly in it, or pass a file",
+            )
+        return Source(spec, "file", text, tuple(files), weight=weight)
+    return Source(spec, "file", text, (text,), weight=weight)
+
+
+def parse_all(
+    specs: list[str] | tuple[str, ...], ratios: tuple[float, ...] = (), flag: str = "--data"
+) -> list[Source]:
+    """Every --data value, with --data-ratios folded in; weights normalised to sum to 1 (or all
+    None: no mixing, sources are read one after the other)."""
+    sources = [parse(s, flag) for s in specs]
+    inline = [s.weight for s in sources]
+    if ratios:
+        if any(w is not None for w in inline):
+            raise DataError(
+                "--data-ratios: the --data values carry =WEIGHT already",
+                hint="give one or the other",
+            )
+        if len(ratios) != len(sources):
+            raise DataError(
+                f"--data-ratios {','.join(map(str, ratios))}: {len(ratios)} ratio(s) for "
+                f"{len(sources)} --data source(s)",
+                hint="give one ratio per --data, in order",
+            )
+        inline = list(ratios)
+    if all(w is None for w in inline):
+        return sources
+    if any(w is None for w in inline):
+        missing = next(s.spec for s, w in zip(sources, inline, strict=True) if w is None)
+        raise DataError(
+            f"{flag} {missing}: no mixing weight while other sources have one",
+            hint="give every source a weight (a.jsonl=0.7 b.parquet=0.3) or none",
+        )
+    total = sum(w for w in inline if w is not None)
+    return [
+        Source(s.spec, s.kind, s.name, s.files, s.subset, s.split, (w or 0.0) / total)
+        for s, w in zip(sources, inline, strict=True)
+    ]
+
+
+def parse_ratios(text: Any) -> tuple[float, ...]:
+    """--data-ratios "0.7,0.3" (or a YAML list) -> positive floats."""
+    if text is None or text == "":
+        return ()
+    items = text if isinstance(text, list | tuple) else str(text).split(",")
+    out = []
+    for item in items:
+        try:
+            w = float(str(item).strip())
+        except ValueError:
+            w = -1.0
+        if not (w > 0 and math.isfinite(w)):
+            raise DataError(
+                f"--data-ratios {text}: {str(item).strip()!r} is not a positive number",
+                hint="e.g. --data-ratios 0.7,0.3 (one per --data, in order)",
+            )
+        out.append(w)
+    return tuple(out)
+
+
+def parse_columns(items: Any) -> dict[str, str]:
+    """--data-columns TARGET=SOURCE (repeatable; or a YAML mapping) -> {source: target}."""
+    if not items:
+        return {}
+    if isinstance(items, dict):
+        items = [f"{k}={v}" for k, v in items.items()]
+    if isinstance(items, str):
+        items = [items]
+    out: dict[str, str] = {}
+    for item in items:
+        for part in str(item).split(","):
+            target, eq, source = part.partition("=")
+            target, source = target.strip(), source.strip()
+            if not eq or not target or not source:
+                raise DataError(
+                    f"--data-columns {item}: expected TARGET=SOURCE",
+                    hint="e.g. --data-columns messages=conversation",
+                )
+            if target not in COLUMN_TARGETS:
+                raise DataError(
+                    f"--data-columns {item}: {target!r} is not a column dojo reads",
+                    hint=f"the left side is one of {', '.join(COLUMN_TARGETS)}",
+                )
+            out[source] = target
+    return out
+
+
+def rename(record: Any, columns: dict[str, str]) -> Any:
+    """The record with mapped columns renamed (a new dict; non-dicts unchanged)."""
+    if not columns or not isinstance(record, dict):
+        return record
+    return {columns.get(k, k): v for k, v in record.items()}
