@@ -23,7 +23,7 @@ from dojo.train import checkpoints
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 GONE_WITHIN_S = 10.0
-ARGS = ["--nproc", "2", "--seq-len", "256", "--micro-batch", "4", "--seed", "7"]
+ARGS = ["--nproc", "2", "--method", "lora", "--seq-len", "256", "--micro-batch", "4", "--seed", "7"]
 
 
 def _env() -> dict[str, str]:

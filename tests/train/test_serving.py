@@ -149,8 +149,12 @@ def test_eval_split_is_seeded_and_disjoint() -> None:
         split_rows(RowsReport(rows=rows.rows[:1]), 0.5, seed=7)
 
 
-def test_training_args_spell_the_run(tmp_path: Path) -> None:
+def test_training_args_spell_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dojo.train.worker.args import build_training_args, eval_callbacks
+
+    # build_training_args sets this (setdefault) for the worker process; here, in pytest's own
+    # process, it would leak into every later run's environment and move their TensorBoard logs.
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tensorboard"))
     from tests.runs import run_of
 
     (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 0}}))
