@@ -1,4 +1,5 @@
-"""The ``dojo`` command line: a Typer app with four commands, and the one error funnel.
+"""The ``dojo`` command line: a Typer app (config, estimate, train, chat-template, chat, export,
+--version), and the one error funnel.
 
 Top-level imports stay stdlib + typer + dojo's light modules so ``dojo --help`` answers in a
 fraction of a second; each command imports its core module inside its body.
