@@ -25,6 +25,8 @@ import sys
 import threading
 import time
 
+from dojo.train import toolchain
+
 GRACE_S = 3.0
 """From SIGTERM to SIGKILL once dojo train is gone: ranks write their "stopped" state quickly;
 one stuck in a collective would otherwise hold the run."""
@@ -64,6 +66,9 @@ def main(argv: list[str]) -> int:
     runner = subprocess.Popen(cmd)
     threading.Thread(target=_kill_group_when_orphaned, args=(fd, runner), daemon=True).start()
     rc = runner.wait()
+    port = toolchain.master_port(cmd)
+    if port is not None:  # the ranks are gone: their CPU allreduce buffers are garbage now
+        toolchain.remove_shm_buffers(port)
     if rc < 0:  # killed by a signal: die of the same one, so dojo train sees what happened
         if -rc in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # ours: back to default
             signal.signal(-rc, signal.SIG_DFL)

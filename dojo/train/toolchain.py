@@ -78,3 +78,31 @@ def cpu_compiler_error(
         f"compiles its {OP} op with it on first use)",
         hint="install g++ and the Python headers (Debian/Ubuntu: apt-get install g++ python3-dev)",
     )
+
+
+SHM_ROOT = Path("/dev/shm")
+SHM_PREFIX = "deepspeed_allreduce_buffer"
+"""DeepSpeed's CPU allreduce (csrc/cpu/comm/shm.cpp) maps one 66 MB /dev/shm segment per rank,
+named ``deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>``, and never unlinks it
+(``shared_close`` is not called): each CPU run would leave its ranks' buffers in RAM until reboot
+(22 GB after a day of tests here, until the OOM killer struck)."""
+
+
+def remove_shm_buffers(port: str | int, root: Path = SHM_ROOT) -> list[Path]:
+    """Unlink the buffers of the run that used this rendezvous port; what was removed."""
+    removed = []
+    for path in root.glob(f"{SHM_PREFIX}_{os.getuid()}_*_{port}_*"):
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def master_port(cmd: list[str]) -> str | None:
+    """The --master_port value of a DeepSpeed runner argv."""
+    for i, arg in enumerate(cmd[:-1]):
+        if arg == "--master_port":
+            return cmd[i + 1]
+    return None

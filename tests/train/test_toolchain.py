@@ -81,3 +81,20 @@ def test_stale_build_lock_is_cleared(tmp_path: Path) -> None:
     assert toolchain.clear_stale_build_lock(env, now=old + 5) == []  # fresh: someone holds it
     assert toolchain.clear_stale_build_lock(env, now=old + 1e6) == [lock]
     assert not lock.exists()
+
+
+def test_shm_buffers_of_the_run_are_removed(tmp_path: Path) -> None:
+    """DeepSpeed never unlinks its CPU allreduce segments; the supervisor removes this run's."""
+    import os
+
+    from dojo.train import toolchain
+
+    uid = os.getuid()
+    ours = [tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29511_{r}" for r in (0, 1)]
+    other = tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29512_0"
+    for p in [*ours, other]:
+        p.write_bytes(b"x")
+    assert sorted(toolchain.remove_shm_buffers(29511, root=tmp_path)) == sorted(ours)
+    assert other.exists() and not any(p.exists() for p in ours)
+    cmd = ["python", "-m", "deepspeed.launcher.runner", "--master_port", "29511", "--module", "m"]
+    assert toolchain.master_port(cmd) == "29511" and toolchain.master_port(["x"]) is None

@@ -47,6 +47,9 @@ def check_run(
     assert s["memory"]["device_gib"]["measured"] is None and s["tokens_per_s"] > 0
     assert s["memory"]["device_gib"]["estimated"] > 0
     assert "loss " in r.stderr and "model in" in r.stderr  # the last line
+    # DeepSpeed's CPU allreduce buffers (66 MB of /dev/shm per rank) do not outlive the run.
+    port = r.stderr.split("--master_port ", 1)[1].split()[0]
+    assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
     assert s["loss_last"] < s["loss_first"], s
     assert (out / "tensorboard").is_dir()
     return s
