@@ -70,14 +70,14 @@ def estimate_cmd(
         rows.append(estimate(spec, setup))
     if as_json:
         doc = estimate_table.payload(rows)
-        doc["assumed"] = list(runs[0].assumed)
+        doc["assumed"] = list(dict.fromkeys(a for r in runs for a in r.assumed))
         doc["runs"] = [r.to_dict() for r in runs]
         _output.echo(_output.dumps(doc))
     elif _output.stdout_is_tty():
         estimate_table.render_rich(rows)
     else:
         _output.echo(estimate_table.render_plain(rows))
-    for line in runs[0].assumed:
+    for line in dict.fromkeys(a for r in runs for a in r.assumed):  # rows may differ (compile)
         _output.info(f"assumed: {line}")
     for note in dict.fromkeys(n for r in rows for n in r.notes):
         _output.info(f"note: {note}")
