@@ -194,7 +194,7 @@ class ModelSpec:
             else self.intermediate_size
             for _, moe, _ in self.layer_kinds()
         ]
-        return max(widths)
+        return max(widths, default=self.intermediate_size)  # no layers: no MLP width to pick
 
     @property
     def quantizable_params(self) -> int:

@@ -195,3 +195,19 @@ def test_fuzz_counts() -> None:
         pytest.skip("run with the whole file to count")
     print("config.json fuzz:", _FUZZED)
     assert _FUZZED["specs"] > 0 and _FUZZED["refused"] > 0
+
+
+def test_moe_activations_follow_the_experts_a_token_uses() -> None:
+    """Mixtral routes each token through 2 experts of width 14336: its MLP activations are twice a
+    dense layer of that width (the estimator used to count one expert)."""
+    import dataclasses
+
+    from dojo.estimate import Setup
+    from dojo.estimate.activations import activation_bytes
+    from dojo.modelspec import resolve_model
+
+    spec = resolve_model(str(DATA / "mixtral-8x7b.config.json"))
+    assert spec.active_intermediate_size == 2 * spec.intermediate_size == 28672
+    as_dense = dataclasses.replace(spec, num_experts=0, experts_per_token=0, moe_layers=0)
+    s = Setup(seq_len=512, method="full")
+    assert activation_bytes(spec, s)[0] > activation_bytes(as_dense, s)[0]

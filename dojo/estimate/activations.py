@@ -17,7 +17,9 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
     """
     s, cal = setup, setup.calibration
     tokens = s.micro_batch * s.seq_len
-    h, q, kv, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size
+    # MoE: a token passes through its top-k experts (and a shared one), so the MLP tensors saved
+    # per token are that wide, not one expert's intermediate_size (dense models: the same).
+    h, q, kv, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.active_intermediate_size
     # Saved per token by one HF Llama layer, bf16 (sec 3.2): norms keep an fp32 input copy.
     if s.method == "full":
         per_token = 16 * h + 4 * q + 4 * kv + 8 * i
