@@ -1,8 +1,9 @@
 """Typer options made from the catalogue, so every command spells and parses an option the same.
 
-``with_run_options("estimate")`` wraps a command body ``fn(opts: dict, **own)``: Typer sees one
-option per catalogue entry the command has (all defaulting to None = "not given"), followed by
-the body's own parameters; the body receives the raw given values in ``opts``.
+``with_run_options("estimate")`` wraps a command body ``fn(opts: dict, **own)``: Typer sees the
+body's own parameters, then one option per catalogue entry the command has (all defaulting to
+None = "not given"); the body receives the raw given values in ``opts``, and under the key
+``__spelled__`` how each given flag was spelled (an alias counts), for error messages.
 """
 
 import inspect
@@ -64,10 +65,8 @@ def _param(name: str) -> inspect.Parameter:
     )
 
 
-def with_run_options(
-    command: str, *, skip: tuple[str, ...] = ()
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    names = [n for n in COMMAND_OPTIONS[command] if n not in skip]
+def with_run_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    names = list(COMMAND_OPTIONS[command])
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         own = [p for p in inspect.signature(fn).parameters.values() if p.name != "opts"]
