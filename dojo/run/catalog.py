@@ -19,14 +19,9 @@ MODEL, EVAL, ZERO, OPT, LORA, DEV, RUN, EST = (
 ON_OFF = (AUTO, "on", "off")
 DEVICES = ("none", "cpu", "nvme")
 ATTNS = (AUTO, "sdpa", "eager", "flex_attention", "flash_attention_2")
-OPTIMS = (
-    AUTO,
-    "adamw_torch_fused",
-    "adamw_torch",
-    "adamw_8bit",
-    "paged_adamw_8bit",
-    "paged_adamw_32bit",
-)
+BNB_OPTIMS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
+"""bitsandbytes' optimizers: CUDA only, their own state sizes (the estimator models each)."""
+OPTIMS = (AUTO, "adamw_torch_fused", "adamw_torch", *BNB_OPTIMS)
 SCHEDULERS = (
     "linear",
     "cosine",

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from dojo.run.catalog import BNB_OPTIMS
 from dojo.run.resolved import ResolvedRun
 
 
@@ -28,18 +29,12 @@ def ds_config(run: ResolvedRun, spec: Any = None, precision: str = "auto") -> di
     return build_ds_config(zc)
 
 
-_BNB = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
-
-
 def estimate_setup(
     run: ResolvedRun, gpu_memory_gib: float | None = None, cpu_memory_gib: float | None = None
 ) -> Any:
     """The ``dojo.estimate.Setup`` that describes ``run``."""
     from dojo.estimate.setup import Setup
 
-    targets = None
-    if run.lora_targets != "all-linear":
-        targets = tuple(t.strip() for t in run.lora_targets.split(",") if t.strip())
     attention = run.attn if run.attn in ("eager", "flash_attention_2") else "sdpa"
     return Setup(
         stage=run.zero,
@@ -54,13 +49,13 @@ def estimate_setup(
         overlap_comm=run.overlap_comm,
         bucket_size=run.bucket_size,
         lora_rank=run.lora_r,
-        lora_targets=targets,
+        lora_targets=run.lora_target_names,
         lora_dropout=run.lora_dropout,
         attention=attention,  # type: ignore[arg-type]
         liger=run.liger,
         packing=run.packing,
         # torch's and DeepSpeed's AdamW keep the same fp32 m and v; bitsandbytes' do not.
-        optim=run.optim if run.optim in _BNB else "adamw",  # type: ignore[arg-type]
+        optim=run.optim if run.optim in BNB_OPTIMS else "adamw",  # type: ignore[arg-type]
         gpu_memory_gib=gpu_memory_gib,
         cpu_memory_gib=cpu_memory_gib,
     )

@@ -8,13 +8,11 @@ from typing import Any
 
 from dojo.errors import ConfigError
 from dojo.run import resolve_loop
-from dojo.run.catalog import OPTIONS
+from dojo.run.catalog import BNB_OPTIMS, OPTIONS
 from dojo.run.machine import Machine
 from dojo.run.resolved import ResolvedRun
 from dojo.zero.build import DS_BUCKET_DEFAULT as DS_BUCKET
 from dojo.zero.rules import offload_problems
-
-_BNB_OPTIMS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 
 
 def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tuple[str, str]]:
@@ -24,7 +22,7 @@ def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tupl
     if v.get("optimizer") == "ds" and "optim" in given and optim != "auto":
         out.append((f"--optim {optim} applies to --optimizer hf; with --optimizer ds DeepSpeed's "
                     "AdamW steps", f"drop --optim, or use --optimizer hf --optim {optim}"))  # fmt: skip
-    if optim in _BNB_OPTIMS and v["offload"] != "none":
+    if optim in BNB_OPTIMS and v["offload"] != "none":
         out.append((f"--optim {optim} steps on the GPU (bitsandbytes); offloaded states live on the CPU",
                     "use --offload none, or --optimizer ds (DeepSpeedCPUAdam) with offload"))  # fmt: skip
     if v.get("revision") is not None and v.get("model") is None:
@@ -40,7 +38,7 @@ def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tupl
             )
     if v.get("precision") == "fp16" and not machine.cuda:
         out.append(("--precision fp16 needs a GPU", "use --precision fp32 or bf16 on the CPU"))
-    if optim in _BNB_OPTIMS and not machine.cuda:
+    if optim in BNB_OPTIMS and not machine.cuda:
         out.append((f"--optim {optim} needs CUDA (bitsandbytes)", "use --optim adamw_torch here"))
     return out + resolve_loop.problems(v, machine, given)
 

@@ -139,6 +139,19 @@ class ResolvedRun:
     def adapters(self) -> bool:
         return self.method != "full"
 
+    @property
+    def lora_target_names(self) -> tuple[str, ...] | None:
+        """--lora-targets as module names; None = all-linear (every linear layer but the head)."""
+        if self.lora_targets == "all-linear":
+            return None
+        return tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
+
+    @property
+    def hf_optim(self) -> str:
+        """TrainingArguments' optim. With --optimizer ds the JSON's optimizer block wins and this
+        one is never built; adamw_torch keeps TrainingArguments valid (and the explanation true)."""
+        return self.optim if self.optimizer_from == "hf" else "adamw_torch"
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         for name in _TUPLES:

@@ -188,8 +188,7 @@ def main(
         _output.info(line)
     for line in run.assumed:
         _output.info(f"assumed: {line}")
-    hf_optim = run.optim if run.optimizer_from == "hf" else "adamw_torch"
-    for line in explain_optim_sched(ds, hf_optim, run.lr_scheduler):
+    for line in explain_optim_sched(ds, run.hf_optim, run.lr_scheduler):
         _output.info(line)
     _output.info(header(p))
     model_path, tokenizer_path = _prepare_model(p, run_dir)

@@ -42,8 +42,7 @@ def build_training_args(job: Any) -> TrainingArguments:
         weight_decay=run.weight_decay,
         max_grad_norm=run.max_grad_norm,
         neftune_noise_alpha=run.neftune_alpha,
-        # With --optimizer ds the JSON's optimizer block wins; optim is then never built.
-        optim=run.optim if run.optimizer_from == "hf" else "adamw_torch",
+        optim=run.hf_optim,  # with --optimizer ds the JSON's block wins; this is never built
         bf16=prec == "bf16",
         fp16=prec == "fp16",
         gradient_checkpointing=run.grad_ckpt,

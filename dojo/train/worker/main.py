@@ -180,10 +180,8 @@ def apply_lora(model: Any, run: ResolvedRun) -> Any:
         return model
     from peft import LoraConfig, get_peft_model
 
-    targets = run.lora_targets
-    target_modules: str | list[str] = (
-        "all-linear" if targets == "all-linear" else [t.strip() for t in targets.split(",")]
-    )
+    names = run.lora_target_names
+    target_modules: str | list[str] = "all-linear" if names is None else list(names)
     extra: dict[str, Any] = {}
     if run.modules_to_save:
         extra["modules_to_save"] = list(run.modules_to_save)
