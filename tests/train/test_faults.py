@@ -12,36 +12,23 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dojo.train import checkpoints
+from tests.train.procs import run_processes as _run_processes
+from tests.train.procs import start_train
+from tests.train.procs import wait_for as _wait_for
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 STEPS = 60  # ~8 s of training: a wide window to kill in, yet a small run
 SAVE = 5
 EXIT_WITHIN_S = 20.0  # "within seconds", with margin for a loaded 2-core CI box
 ARGS = ["--nproc", "2", "--method", "lora", "--seq-len", "256", "--micro-batch", "4", "--seed", "7"]
 ARGS += ["--max-steps", str(STEPS), "--save-steps", str(SAVE), "--save-total-limit", "3"]
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("DS_ACCELERATOR", "LOCAL_SIZE")}
-
-
-def _start(out: Path, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
-    """dojo train in the background, output to a log file (a pipe nobody reads could block it)."""
-    log = out.with_name(out.name + ".log")
-    cmd = [sys.executable, "-m", "dojo", "train", "--output-dir", str(out), *ARGS, *extra]
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=f, stderr=subprocess.STDOUT)
-    return proc, log
 
 
 def _train(out: Path, *extra: str) -> str:
@@ -56,22 +43,6 @@ def _train(out: Path, *extra: str) -> str:
     return text
 
 
-def _run_processes(out: Path) -> dict[int, list[str]]:
-    """pid -> argv of every live process whose command line names this run's folder."""
-    found = {}
-    needle = str(out.resolve())
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if any(needle in a for a in argv):
-            found[int(proc.name)] = argv
-    return found
-
-
 def _ranks(out: Path) -> dict[int, int]:
     """local rank -> pid of the worker processes."""
     ranks = {}
@@ -81,13 +52,6 @@ def _ranks(out: Path) -> dict[int, int]:
             if rank is not None:
                 ranks[int(rank)] = pid
     return ranks
-
-
-def _wait_for(pred: Any, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _losses(ckpt: Path) -> dict[int, float]:
@@ -239,3 +203,7 @@ def test_ctrl_c_exits_130_and_leaves_no_process(tmp_path: Path) -> None:
     assert rc == 130, text[-3000:]
     assert gone < EXIT_WITHIN_S, gone
     assert "interrupted: every process of the run was stopped" in text
+
+
+def _start(out: Path, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+    return start_train(out, *ARGS, *extra)

@@ -10,55 +10,20 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dojo.errors import LaunchError
 from dojo.train import checkpoints
+from tests.train.procs import run_processes as _run_processes
+from tests.train.procs import start_train
+from tests.train.procs import wait_for as _wait_for
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 GONE_WITHIN_S = 10.0
 ARGS = ["--nproc", "2", "--method", "lora", "--seq-len", "256", "--micro-batch", "4", "--seed", "7"]
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("DS_ACCELERATOR", "LOCAL_SIZE")}
-
-
-def _start(out: Path, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
-    log = out.with_name(out.name + ".log")
-    cmd = [sys.executable, "-m", "dojo", "train", "--output-dir", str(out), *ARGS, *extra]
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=f, stderr=subprocess.STDOUT)
-    return proc, log
-
-
-def _run_processes(out: Path) -> dict[int, list[str]]:
-    """pid -> argv of every live process whose command line names this run's folder."""
-    found = {}
-    needle = str(out.resolve())
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if any(needle in a for a in argv):
-            found[int(proc.name)] = argv
-    return found
-
-
-def _wait_for(pred: Any, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _training(out: Path, log: Path) -> dict[int, list[str]]:
@@ -180,3 +145,7 @@ def test_sigkill_of_deepspeed_launch_is_a_failure_without_orphans(tmp_path: Path
     assert "error: training failed (launcher exit code 1)" in text
     assert "done:" not in text
     assert gone < GONE_WITHIN_S
+
+
+def _start(out: Path, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+    return start_train(out, *ARGS, *extra)

@@ -17,6 +17,9 @@ from dojo.run.resolved import ResolvedRun
 from dojo.train import checkpoints, launch, preflight
 from dojo.train.launch import Devices
 from tests.runs import CUDA, run_of, values
+from tests.train.procs import FAKE_LAUNCHER as _FAKE
+from tests.train.procs import WRAP as _WRAP
+from tests.train.procs import alive as _alive
 
 PY = "/usr/bin/python3"
 H200 = [Gpu(i, "NVIDIA H200", 139.8) for i in range(4)]
@@ -222,32 +225,6 @@ def test_unwritable_output_dir(tmp_path: Path) -> None:
     ro.mkdir(mode=0o500)
     with pytest.raises(LaunchError, match="is not writable"):
         preflight.check_output(run_of(output_dir=str(ro / "run")), None, force=False)
-
-
-# A stand-in launcher: a child that starts a grandchild, then both sleep. Run() must stop both.
-_FAKE = r"""
-import os, subprocess, sys, time
-g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-open(sys.argv[1], "w").write(f"{os.getpid()} {g.pid}")
-time.sleep(120)
-"""
-_WRAP = r"""
-import sys
-from dojo.train import launch
-rc = launch.run([sys.executable, "-c", sys.argv[1], sys.argv[2]])
-sys.exit(rc)
-"""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def test_ctrl_c_stops_whole_group_exit_130(tmp_path: Path) -> None:

@@ -15,31 +15,10 @@ from pathlib import Path
 import pytest
 
 from dojo.train import supervise
-
-REPO = Path(__file__).resolve().parents[2]
-_FAKE = r"""
-import os, subprocess, sys, time
-g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-open(sys.argv[1] + ".tmp", "w").write(f"{os.getpid()} {g.pid}")
-os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-time.sleep(120)
-"""
-_WRAP = r"""
-import sys
-from dojo.train import launch
-sys.exit(launch.run([sys.executable, "-c", sys.argv[1], sys.argv[2]]))
-"""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+from tests.train.procs import FAKE_LAUNCHER as _FAKE
+from tests.train.procs import REPO
+from tests.train.procs import WRAP as _WRAP
+from tests.train.procs import alive as _alive
 
 
 def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
