@@ -24,6 +24,9 @@ sys.path.insert(0, str(REPO))
 from dojo.estimate import GIB, MemoryEstimate, Setup, estimate  # noqa: E402
 from dojo.modelspec import ModelSpec, from_hf_config, resolve_model  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from memory_matrix import EXTRA_ARCHS  # noqa: E402  (the shapes the matrix ran)
+
 H200_GIB = 143771 / 1024  # nvidia-smi memory.total on the lent machine
 HOST_GIB = 131961788 / 2**20  # MemTotal on the lent machine
 # bench/memory_matrix.py SHAPES (session 3); qwen3-1.7b is not in dojo's table: its config.json.
@@ -35,22 +38,11 @@ SHAPES = {
     "q15": "qwen2.5-1.5b",
     "g2b": "gemma-2-2b",
 }
-QWEN3_17B = {
-    "model_type": "qwen3",
-    "hidden_size": 2048,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "intermediate_size": 6144,
-    "vocab_size": 151936,
-    "tie_word_embeddings": True,
-}
 
 
 def spec_for(shape: str) -> ModelSpec:
     if shape == "q3":
-        return from_hf_config(QWEN3_17B, "qwen3-1.7b")
+        return from_hf_config(EXTRA_ARCHS["qwen3-1.7b"], "qwen3-1.7b")
     return resolve_model(SHAPES[shape])
 
 
