@@ -169,3 +169,53 @@ def test_round_trip_through_json() -> None:
 
 def test_values_helper_matches_merge() -> None:
     assert values() == inputs.merge("train", {}, {})
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("method: " + "[" * 100_000 + "]" * 100_000 + "\n", "nests deeper than 64 levels"),
+        (
+            "a: &a [x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n"
+                for p, n in zip("abcdefg", "bcdefgh", strict=True)
+            ),
+            "(a YAML bomb?)",
+        ),
+    ],
+    ids=["deep", "alias-bomb"],
+)
+def test_hostile_config_files_refused_fast(tmp_path: Path, content: str, needle: str) -> None:
+    """--config: a 100,000-deep list and a billion-laughs file, each one short line, no hang."""
+    import time
+
+    f = tmp_path / "run.yaml"
+    f.write_text(content)
+    start = time.monotonic()
+    with pytest.raises(DojoError) as e:
+        inputs.load_file(f)
+    assert time.monotonic() - start < 5
+    assert needle in e.value.message and e.value.hint
+    assert len(e.value.message) < 300  # never the value in full
+
+
+def test_deeply_nested_data_rows_are_refused(tmp_path: Path) -> None:
+    """--data: a row nested 100,000 deep is one clear error, not a RecursionError; one nested
+    past 64 levels inside a valid-looking conversation is a bad row with its reason."""
+    from dojo.errors import DataError
+    from dojo.train.rows import read_rows
+
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(DataError, match="nested too deeply to be a conversation") as e:
+        read_rows([str(deep)])
+    assert e.value.hint
+    inner = tmp_path / "inner.jsonl"
+    reply = "[" * 100 + "]" * 100
+    inner.write_text(
+        '{"messages": [{"role": "user", "content": "hi"}, '
+        f'{{"role": "assistant", "content": {reply}}}]}}\n'
+    )
+    report = read_rows([str(inner)])
+    assert not report.rows and "nested deeper than 64 levels" in report.bad[0][1]
