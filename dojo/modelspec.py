@@ -22,6 +22,10 @@ Linear = tuple[str, int, int, bool]
 """(name, in_features, out_features, has_bias) of one nn.Linear."""
 
 
+_LAYER_CLASS = {"gemma3_text": "Gemma3DecoderLayer", "gpt_neox": "GPTNeoXLayer"}
+"""model_type -> decoder-layer class where the name is not ``{ModelType}DecoderLayer``."""
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer: Llama-family layout (gated MLP, RMSNorm, RoPE), optionally with
@@ -211,6 +215,15 @@ class ModelSpec:
         )
         experts = self.num_experts * self.expert_params if self.is_moe else 0
         return max(self.embedding_params, biggest_linear, experts)
+
+    @property
+    def decoder_layer_class(self) -> str:
+        """transformers' decoder-layer class name: ``{ModelType}DecoderLayer`` for nearly every
+        decoder (LlamaDecoderLayer, Qwen2DecoderLayer, Gemma2DecoderLayer, DeepseekV3DecoderLayer),
+        with the few exceptions named. The worker checks it against the loaded model."""
+        if self.model_type in _LAYER_CLASS:
+            return _LAYER_CLASS[self.model_type]
+        return "".join(p[:1].upper() + p[1:] for p in self.model_type.split("_")) + "DecoderLayer"
 
     def lora_params(self, rank: int, targets: tuple[str, ...] | None = None) -> int:
         """Trainable LoRA params: r * (in + out) per adapted nn.Linear (A: r x in, B: out x r).

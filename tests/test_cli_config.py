@@ -36,9 +36,28 @@ def test_model_resolves_auto_buckets(cli) -> None:
     r = cli("config", "--stage", "3", "--model", "llama-2-7b")
     assert r.exit_code == 0, r.stderr
     zero = json.loads(r.stdout)["zero_optimization"]
-    assert zero["reduce_bucket_size"] == 4096 * 4096
-    assert zero["stage3_prefetch_bucket_size"] == int(0.9 * 4096 * 4096)
+    # Full ZeRO-3: 5e8 reduce and prefetch buckets (HF's hidden^2 / 0.9 hidden^2 are smaller
+    # than one MLP weight), persistence HF's 10 x hidden, each decoder layer a leaf.
+    assert zero["reduce_bucket_size"] == 500_000_000
+    assert zero["stage3_prefetch_bucket_size"] == 500_000_000
     assert zero["stage3_param_persistence_threshold"] == 40960
+    assert zero["leaf_module"]["classes"][0] == "LlamaDecoderLayer"
+    r = cli("config", "--stage", "3", "--model", "llama-2-7b", "--method", "lora")
+    zero = json.loads(r.stdout)["zero_optimization"]
+    assert zero["reduce_bucket_size"] == 4096 * 4096  # adapters' grads are small: HF's auto
+    r = cli("config", "--stage", "3", "--model", "7b", "--z3-leaf", "off",
+            "--prefetch-bucket-size", "2e8")  # fmt: skip
+    zero = json.loads(r.stdout)["zero_optimization"]
+    assert "leaf_module" not in zero and zero["stage3_prefetch_bucket_size"] == 200_000_000
+
+
+def test_moe_and_huge_layers_keep_per_module_hooks(cli) -> None:
+    moe = Path(__file__).parent / "data" / "moe" / "mixtral-8x7b.config.json"
+    r = cli("config", "--stage", "3", "--model", str(moe))
+    assert r.exit_code == 0, r.stderr
+    assert "leaf_module" not in json.loads(r.stdout)["zero_optimization"]  # DeepSpeed's MoE leaves
+    r = cli("config", "--stage", "3", "--model", "llama-2-70b")  # 856M-param layers: still a leaf
+    assert json.loads(r.stdout)["zero_optimization"]["leaf_module"]["classes"][0] == "LlamaDecoderLayer"
 
 
 def test_writes_file_and_refuses_overwrite(cli, tmp_path: Path) -> None:
@@ -179,4 +198,4 @@ def test_explain_offload_with_torch_optimizer(cli) -> None:
     assert r.exit_code == 0
     assert '"zero_force_ds_cpu_optimizer": false lets it run' in r.stderr
     assert "prefer --optimizer ds" in r.stderr
-    assert "32.0 MiB either way" in r.stderr  # stage 3: one 2 B x 4096^2 bucket
+    assert "953.7 MiB either way" in r.stderr  # stage 3: one 2 B x 5e8 bucket

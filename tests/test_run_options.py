@@ -144,9 +144,18 @@ def test_buckets_follow_the_model() -> None:
     spec = resolve_model("7b")
     assert run_of(CUDA, spec).bucket_size == 500_000_000  # full ZeRO-2: 5e8
     assert run_of(CUDA, spec, method="lora").bucket_size == spec.hidden_size**2  # HF auto
-    assert run_of(CUDA, spec, zero=3).bucket_size == spec.hidden_size**2
+    z3 = run_of(CUDA, spec, zero=3)
+    assert z3.bucket_size == z3.prefetch_bucket_size == 500_000_000
+    assert z3.z3_leaf == ("LlamaDecoderLayer",)
+    assert run_of(CUDA, spec, zero=3, method="lora").bucket_size == spec.hidden_size**2
+    assert run_of(CUDA, spec, zero=2).prefetch_bucket_size is None  # ZeRO-3 only
+    assert run_of(CUDA, spec, zero=2).z3_leaf == ()
     assert run_of(CUDA).bucket_size == 500_000_000  # no model known: 5e8 uncapped
-    assert run_of(CUDA, zero=3).bucket_size is None  # "auto" in the JSON
+    assert run_of(CUDA, zero=3).z3_leaf == ()  # no model, no layer class
+    tiny = resolve_model("qwen2.5-0.5b")
+    assert run_of(CUDA, tiny, zero=3).prefetch_bucket_size == 494_032_768  # capped at the model
+    assert run_of(CUDA, tiny, zero=3).z3_leaf == ("Qwen2DecoderLayer",)
+    assert run_of(CUDA, spec, zero=3, z3_leaf="off").z3_leaf == ()
 
 
 def test_liger_and_compile_auto_follow_the_machine() -> None:

@@ -260,10 +260,32 @@ _OPTIONS = [
         "size",
         AUTO,
         "reduce_bucket_size in elements, e.g. 5e8",
-        "auto = 5e8 (capped at the model's size) for full fine-tuning at ZeRO-1/2, measured 12% faster on the H200; hidden_size^2 (HF's auto) otherwise",
+        "auto = 5e8 (capped at the model's size) for full fine-tuning at ZeRO-1/2/3: fewer, larger reductions (docs/benchmarks.md); hidden_size^2 (HF's auto) for LoRA/QLoRA, whose gradients are small",
         lo=1,
         hi=MAX_BUCKET,
         example="5e8",
+        panel=ZERO,
+    ),
+    Option(
+        "prefetch_bucket_size",
+        ("--prefetch-bucket-size",),
+        "size",
+        AUTO,
+        "ZeRO-3: parameters fetched ahead of use, in elements (stage3_prefetch_bucket_size)",
+        "auto = 5e8 capped at the model's size: the next layers' weights arrive while this one computes; HF's 0.9 x hidden^2 holds less than one MLP weight",
+        lo=1,
+        hi=MAX_BUCKET,
+        example="5e8",
+        panel=ZERO,
+    ),
+    Option(
+        "z3_leaf",
+        ("--z3-leaf",),
+        "choice",
+        AUTO,
+        "ZeRO-3: gather each decoder layer whole (DeepSpeed leaf modules): auto | off",
+        "auto = on for dense models whose layer is under 1e9 params: one fetch and one set of hooks per layer instead of per linear, which makes ZeRO-3 host-bound on small layers",
+        choices=(AUTO, "off"),
         panel=ZERO,
     ),
     Option(
@@ -722,7 +744,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in _OPTIONS}
 
 # What a run is made of, shared by the three commands; each adds what only it needs.
 _SHAPE = ("model", "revision", "method", "zero", "offload", "offload_param", "nvme_path",
-          "overlap_comm", "bucket_size", "optimizer", "scheduler", "optim", "precision")  # fmt: skip
+          "overlap_comm", "bucket_size", "prefetch_bucket_size", "z3_leaf", "optimizer",
+          "scheduler", "optim", "precision")  # fmt: skip
 _MEMORY = ("attn", "liger", "compile", "packing", "grad_ckpt", "micro_batch", "seq_len",
            "lora_r", "lora_dropout", "lora_targets")  # fmt: skip
 COMMAND_OPTIONS: dict[str, tuple[str, ...]] = {

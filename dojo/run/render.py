@@ -25,6 +25,8 @@ def ds_config(run: ResolvedRun, spec: Any = None, precision: str = "auto") -> di
         precision=precision,
         hidden_size=hidden,
         largest_param=largest,
+        prefetch_bucket=run.prefetch_bucket_size,
+        leaf_modules=run.z3_leaf,
     )
     return build_ds_config(zc)
 

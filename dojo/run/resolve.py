@@ -12,6 +12,7 @@ from dojo.run.catalog import BNB_OPTIMS, OPTIONS
 from dojo.run.machine import Machine
 from dojo.run.resolved import ResolvedRun
 from dojo.zero.build import DS_BUCKET_DEFAULT as DS_BUCKET
+from dojo.zero.build import Z3_MAX_LEAF
 from dojo.zero.rules import offload_problems
 
 
@@ -85,15 +86,7 @@ def resolve(
         said.append(f"compile {'on' if compile_ else 'off'}: " + (
             "full fine-tuning at ZeRO 0-2, no offload or checkpointing, where it was measured to help"
             if compile_ else "on only with CUDA + Triton for full fine-tuning at ZeRO 0-2 without offload or checkpointing"))  # fmt: skip
-    bucket = v["bucket_size"]
-    if bucket == "auto":
-        params = getattr(spec, "params", None)
-        hidden = getattr(spec, "hidden_size", None)
-        if method == "full" and zero in (1, 2):
-            # DeepSpeed allocates the whole bucket however small the model: cap it.
-            bucket = min(DS_BUCKET, params) if params else DS_BUCKET
-        else:
-            bucket = hidden * hidden if hidden else None  # HF's "auto"
+    bucket, prefetch, leaf = _zero_sizes(v, spec, said)
     optim = v["optim"]
     if v["optimizer"] == "ds":
         optim = "deepspeed_adamw"
@@ -108,6 +101,7 @@ def resolve(
         method=method, model=v["model"], revision=v["revision"], init=v["init"],
         zero=zero, offload_optimizer=off if zero else "none", offload_param=offload_param,
         nvme_path=v["nvme_path"], overlap_comm=v["overlap_comm"], bucket_size=bucket,
+        prefetch_bucket_size=prefetch, z3_leaf=leaf,
         optimizer_from=v["optimizer"], scheduler_from=v["scheduler"], optim=optim,
         precision=precision, attn=attn, liger=liger, compile=compile_, packing=v["packing"],
         grad_ckpt=v["grad_ckpt"], micro_batch=v["micro_batch"], seq_len=v["seq_len"],
@@ -123,6 +117,41 @@ def resolve(
         save_total_limit=v["save_total_limit"], save_model=v["save_model"],
         assumed=tuple(said), **loop,
     )  # fmt: skip
+
+
+def _zero_sizes(
+    v: dict[str, Any], spec: Any, said: list[str]
+) -> tuple[int | None, int | None, tuple[str, ...]]:
+    """reduce bucket, ZeRO-3 prefetch bucket and ZeRO-3 leaf classes; None/() = HF's "auto" and
+    DeepSpeed's per-module hooks, used when the model is unknown (``dojo config`` alone)."""
+    method, zero = v["method"], v["zero"]
+    params = getattr(spec, "params", None)
+    hidden = getattr(spec, "hidden_size", None)
+    # DeepSpeed allocates whole buckets however small the model: cap them at its size.
+    big = min(DS_BUCKET, params) if params else DS_BUCKET
+    bucket = v["bucket_size"]
+    if bucket == "auto":
+        full = method == "full" and zero in (1, 2, 3)
+        bucket = big if full else (hidden * hidden if hidden else None)  # else HF's "auto"
+    prefetch = None
+    leaf: tuple[str, ...] = ()
+    if zero != 3:
+        return bucket, prefetch, leaf
+    prefetch = v.get("prefetch_bucket_size", "auto")
+    if prefetch == "auto":
+        prefetch = big
+    if v.get("z3_leaf", "auto") == "auto" and spec is not None:
+        if spec.is_moe:
+            said.append("z3 leaf off: an MoE layer holds every expert; DeepSpeed's own MoE-block "
+                        "leaves apply")  # fmt: skip
+        elif spec.layer_params > Z3_MAX_LEAF:
+            said.append(f"z3 leaf off: a decoder layer has {spec.layer_params:,} params "
+                        f"(> {Z3_MAX_LEAF:,.0f}), too many to gather at once")  # fmt: skip
+        else:
+            leaf = (spec.decoder_layer_class,)
+            said.append(f"z3 leaf: each {leaf[0]} is gathered whole, one fetch and one set of "
+                        "DeepSpeed hooks per layer instead of per linear")  # fmt: skip
+    return bucket, prefetch, leaf
 
 
 def _switch(choice: str, auto: bool) -> bool:

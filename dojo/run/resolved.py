@@ -10,7 +10,7 @@ from typing import Any
 
 _TUPLES = (
     "gpus", "data", "assumed", "eval_data", "modules_to_save", "report_to", "data_columns",
-    "data_ratios",
+    "data_ratios", "z3_leaf",
 )  # fmt: skip
 FORMAT = 1
 """run.json format; bumped when a field changes meaning."""
@@ -126,6 +126,13 @@ class ResolvedRun:
     """TARGET=SOURCE column renames applied to every data source."""
     data_ratios: tuple[float, ...] = ()
     """Mixing ratios, one per --data (empty = inline =WEIGHT or no mixing)."""
+    # ZeRO-3 fetching (defaults = DeepSpeed's per-module hooks and HF's "auto" prefetch, which is
+    # what a run.json written before these fields ran with)
+    prefetch_bucket_size: int | None = None
+    """stage3_prefetch_bucket_size, elements; None = HF "auto" (0.9 x hidden^2)."""
+    z3_leaf: tuple[str, ...] = ()
+    """ZeRO-3 leaf module classes (zero_optimization.leaf_module): each such module's parameters
+    are gathered at once and only it gets DeepSpeed's hooks; empty = per-module hooks."""
 
     @property
     def evaluates(self) -> bool:

@@ -26,6 +26,16 @@ MAX_LIVE_PARAMETERS = 1_000_000_000
 """ZeRO-3: gathered params kept alive (elements); ~2 GB of bf16, shared with max_reuse_distance."""
 MAX_REUSE_DISTANCE = 1_000_000_000
 """ZeRO-3: a param reused within this many elements of the trace is not released."""
+Z3_MAX_LEAF = 1_000_000_000
+"""Largest module dojo makes a ZeRO-3 leaf (elements): DeepSpeed's own cap for leaves chosen by
+stage3_module_granularity_threshold (parameter_offload.py Z3_MAX_LEAF_SIZE)."""
+DS_LEAF_DEFAULTS = (
+    "transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock",
+    "transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeSparseMoeBlock",
+    "transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock",
+)
+"""DeepSpeed 0.19's leaf_module.classes default (leaf_module_config.py): a list given in the JSON
+replaces it, so dojo's list repeats it."""
 NVME_PARAM_BUFFER = 100_000_000
 """offload_param.buffer_size default (elements); raised to the largest param when known."""
 
@@ -76,6 +86,10 @@ class ZeroConfig:
     largest_param: int | None = None
     """Largest parameter in elements (from --model: vocab x hidden). Sizes the NVMe param swap
     buffer: DeepSpeed asserts every swapped param fits in offload_param.buffer_size."""
+    prefetch_bucket: int | None = None
+    """ZeRO-3 stage3_prefetch_bucket_size (--prefetch-bucket-size); None = "auto" (0.9 hidden^2)."""
+    leaf_modules: tuple[str, ...] = ()
+    """ZeRO-3 leaf module classes (--z3-leaf): gathered whole, hooks on them only; () = none."""
 
     @property
     def offload_param_device(self) -> str:
@@ -237,13 +251,22 @@ def _zero_section(cfg: ZeroConfig) -> dict[str, Any]:
         # persistence = 10*h. Only these three bucket keys are filled from the model; everything
         # else "auto" comes from TrainingArguments.
         "reduce_bucket_size": _auto_or(reduce),
-        "stage3_prefetch_bucket_size": _auto_or(max(1, int(0.9 * h * h)) if h else None),
+        "stage3_prefetch_bucket_size": _auto_or(
+            cfg.prefetch_bucket or (max(1, int(0.9 * h * h)) if h else None)
+        ),
         "stage3_param_persistence_threshold": _auto_or(10 * h if h else None),
         "stage3_max_live_parameters": MAX_LIVE_PARAMETERS,
         "stage3_max_reuse_distance": MAX_REUSE_DISTANCE,
         # Consolidate the 16-bit weights on save so Trainer.save_model writes a loadable model.
         "stage3_gather_16bit_weights_on_model_save": True,
+        **_leaf(cfg.leaf_modules),
     }
+
+
+def _leaf(classes: tuple[str, ...]) -> dict[str, Any]:
+    if not classes:
+        return {}
+    return {"leaf_module": {"classes": [*classes, *DS_LEAF_DEFAULTS]}}
 
 
 # Named presets shipped as templates/zero/<name>.json; tests regenerate each and compare.

@@ -72,7 +72,12 @@ def test_dry_run_prints_command_and_config(cli, model_dir: Path, tmp_path: Path,
     assert run["gpus"] == [1] and run["precision"] == "bf16"
     zero = ds["zero_optimization"]
     assert zero["stage"] == 3 and zero["stage3_gather_16bit_weights_on_model_save"] is True
-    assert zero["reduce_bucket_size"] == 64 * 64  # "auto" resolved from the model's hidden size
+    # Full ZeRO-3: 5e8 capped at the model's size; each decoder layer gathered whole.
+    from dojo.modelspec import resolve_model
+
+    params = resolve_model(str(model_dir / "config.json")).params
+    assert zero["reduce_bucket_size"] == zero["stage3_prefetch_bucket_size"] == params
+    assert zero["leaf_module"]["classes"][0] == "LlamaDecoderLayer"
     assert "optimizer:" in r.stderr  # which optimizer/scheduler is in effect is said before launch
     # The dry run wrote exactly the files its command references, and a real run may follow.
     assert sorted(p.name for p in out.iterdir()) == [
@@ -259,7 +264,7 @@ CAP = -1
         (["--method", "full", "--zero", "2", "--bucket-size", "2e8"], 200_000_000, True),
         (["--method", "full", "--zero", "2", "--grad-ckpt"], CAP, False),
         (["--method", "full", "--zero", "2", "--offload", "cpu"], CAP, False),
-        (["--method", "full", "--zero", "3"], 64 * 64, False),
+        (["--method", "full", "--zero", "3"], CAP, False),  # full ZeRO-3 too
         (["--method", "lora", "--zero", "2"], 64 * 64, False),  # small adapters: HF auto
         (["--method", "full", "--zero", "2", "--compile", "off"], CAP, False),
         (["--method", "lora", "--zero", "3", "--compile", "on"], 64 * 64, True),

@@ -217,3 +217,24 @@ def test_resume_is_deterministic(tmp_path: Path) -> None:
     assert again["resumed_from"].endswith("checkpoint-5")
     assert again["steps"] == whole["steps"] == 10
     assert again["loss_last"] == pytest.approx(whole["loss_last"], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("method,extra", [("full", ()), ("lora", ("--grad-ckpt",))])
+def test_zero3_leaf_layers_train_the_same(tmp_path: Path, method: str, extra: tuple[str, ...]) -> None:
+    """--z3-leaf auto gathers each decoder layer whole (DeepSpeed leaf modules): the losses are
+    those of DeepSpeed's per-module hooks (--z3-leaf off), step for step."""
+    losses = {}
+    for leaf in ("auto", "off"):
+        out = tmp_path / leaf
+        r = dojo_train(
+            out, "--method", method, "--zero", "3", "--lr", "2e-3", "--max-steps", "3",
+            "--logging-steps", "1", "--no-save-model", "--z3-leaf", leaf, *extra,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        said = "ZeRO-3 leaf modules (each gathered whole): 2 LlamaDecoderLayer" in r.stderr
+        assert said == (leaf == "auto")  # the flag DeepSpeed itself set, counted after init
+        zero = json.loads((out / "ds_config.json").read_text())["zero_optimization"]
+        assert ("leaf_module" in zero) == (leaf == "auto")
+        losses[leaf] = [ln.split("loss ")[1].split()[0] for ln in r.stderr.splitlines()
+                        if ln.startswith("step ") and "loss " in ln]  # fmt: skip
+    assert len(losses["auto"]) == 3 and losses["auto"] == losses["off"]

@@ -89,3 +89,41 @@ def eval_callbacks(run: Any) -> list[Any]:
     from transformers import EarlyStoppingCallback
 
     return [EarlyStoppingCallback(early_stopping_patience=run.early_stopping)]
+
+
+def print0(text: str) -> None:
+    from dojo.train.worker.callbacks import print0 as p
+
+    p(text)
+
+
+def fit_z3_leaf(model: Any, training_args: TrainingArguments, run: Any) -> None:
+    """ZeRO-3: the leaf class the resolver named from config.json's model_type must exist in the
+    loaded model. If it does not (an unusual class name), transformers' own ``_no_split_modules``
+    (the decoder layer) replaces it in the live DeepSpeed config before the engine reads it, so
+    each layer is still gathered whole; with neither, per-module hooks stay and that is said."""
+    if run.zero != 3 or not run.z3_leaf:
+        return
+    names = {type(m).__name__ for m in model.modules()}
+    if run.z3_leaf[0] in names:
+        return
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    own = [n for n in (getattr(base, "_no_split_modules", None) or []) if n in names]
+    zero = training_args.hf_deepspeed_config.config["zero_optimization"]
+    classes = [c for c in zero.get("leaf_module", {}).get("classes", []) if c != run.z3_leaf[0]]
+    if own:
+        zero["leaf_module"] = {"classes": [own[0], *classes]}
+        print0(f"ZeRO-3: no {run.z3_leaf[0]} in this model; its decoder layer {own[0]} is the leaf")
+    else:
+        zero.pop("leaf_module", None)
+        print0(f"warning: ZeRO-3: no {run.z3_leaf[0]} in this model: DeepSpeed's per-module "
+               "hooks stay (slower; the estimate assumed one gather per layer)")  # fmt: skip
+
+
+def z3_leaf_count(model: Any) -> dict[str, int]:
+    """Modules DeepSpeed really made ZeRO-3 leaves (its ``_z3_leaf`` flag), by class."""
+    out: dict[str, int] = {}
+    for m in model.modules():
+        if getattr(m, "_z3_leaf", False):
+            out[type(m).__name__] = out.get(type(m).__name__, 0) + 1
+    return out

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from dojo.train.checkpoints import MARKER, manifest
+from dojo.train.worker.args import z3_leaf_count
 from dojo.train.resume_check import read_record, saved_view
 
 GIB = 1024**3
@@ -58,6 +59,10 @@ class Progress(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self._t0, self._tok0 = time.perf_counter(), state.num_input_tokens_seen
         self._step0 = state.global_step  # a resumed run: the rate counts this launch's steps
+        leaves = z3_leaf_count(kw["model"]) if kw.get("model") is not None else {}
+        if leaves:  # the DeepSpeed engine exists by now: these are the flags it really set
+            said = ", ".join(f"{n} {c}" for c, n in leaves.items())
+            print0(f"ZeRO-3 leaf modules (each gathered whole): {said}")
         tty = sys.stderr.isatty() if self._tty is None else self._tty
         if is_rank0() and tty:
             from rich.console import Console

@@ -28,7 +28,7 @@ from dojo.train import rank_status
 from dojo.train.preflight import has_weights
 from dojo.train.worker import data as worker_data
 from dojo.train.worker import serving
-from dojo.train.worker.args import build_training_args, eval_callbacks
+from dojo.train.worker.args import build_training_args, eval_callbacks, fit_z3_leaf
 from dojo.train.worker.callbacks import (
     CheckpointMarker,
     Measures,
@@ -362,6 +362,7 @@ def train(job: Job) -> int:
     model = load_model(run, weights)
     serving.fit_embeddings(model, tokenizer, run, added)
     model = apply_lora(model, run)
+    fit_z3_leaf(model, training_args, run)
     dataset, eval_set, collator, report = worker_data.build(job, tokenizer, model, template)
     measures = Measures()
     meta = {
