@@ -103,6 +103,7 @@ CASES: dict[str, dict[str, Any]] = {
         "data": "fixed",
     },
 }
+_FLCE_ONLY = {"rope": False, "rms_norm": False, "swiglu": False, "fused_linear_cross_entropy": True}
 _Z3_BIG = {
     "stage3_param_persistence_threshold": 10_000_000,
     "stage3_prefetch_bucket_size": 500_000_000,
@@ -122,6 +123,13 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "dojo-z3-big": ([], {"DOJO_BENCH_DS": json.dumps(_Z3_BIG)}),
     "dojo-z3-big-liger-off": (["--liger", "off"], {"DOJO_BENCH_DS": json.dumps(_Z3_BIG)}),
     "dojo-compile": (["--compile", "on"], {}),
+    # Liger's fused linear cross-entropy only (the logits memory), not its RMSNorm/SwiGLU/RoPE.
+    "dojo-liger-flce": ([], {"DOJO_BENCH_LIGER": json.dumps(_FLCE_ONLY)}),
+    # The session-3 defaults at ZeRO-3 (per-module hooks, HF's hidden^2 buckets): the A/B of this
+    # session's change inside one call.
+    # ({h2} and {pf} become the shape's hidden^2 and 0.9 hidden^2, HF's "auto" values.)
+    "dojo-z3-old": (["--z3-leaf", "off", "--bucket-size", "{h2}", "--prefetch-bucket-size",
+                     "{pf}"], {}),
     "dojo-log100": (["--logging-steps", "100"], {}),
     "dojo-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
 }
@@ -235,6 +243,8 @@ def run_plan(a: argparse.Namespace, work: Path) -> None:
         steps = a.steps if case["shape"] == "1b" else a.steps_7b
         out = work / f"tp3-{n}-{name}-{system}"
         flags, env = VARIANTS.get(system, ([], {}))
+        h = spec.hidden_size
+        flags = [f.format(h2=h * h, pf=int(0.9 * h * h)) for f in flags]
         if system == "baseline":
             r = run_baseline(model, data[case["data"]], out, case, steps)
         else:

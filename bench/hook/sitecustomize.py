@@ -4,6 +4,8 @@ PYTHONPATH and set
 - DOJO_BENCH_DS='{"stage3_param_persistence_threshold": 1e7}': merged into the DeepSpeed
   config's zero_optimization when accelerate calls deepspeed.initialize (ZeRO-3 reads its
   prefetch / live-parameter / persistence settings there), to try variants without editing dojo;
+- DOJO_BENCH_LIGER='{"rms_norm": false, "swiglu": false, "rope": false}': TrainingArguments'
+  liger_kernel_config (which of Liger's kernels apply when --liger is on);
 - DOJO_BENCH_PROFILE=FILE: torch.profiler over optimizer steps 4-6; the top CUDA ops go to FILE
   (and FILE.cpu for the host side), plus each profiled step's wall time.
 
@@ -19,6 +21,20 @@ import sys
 
 _DS = os.environ.get("DOJO_BENCH_DS")
 _PROFILE = os.environ.get("DOJO_BENCH_PROFILE")
+_LIGER = os.environ.get("DOJO_BENCH_LIGER")
+
+
+def _patch_training_args(mod):  # type: ignore[no-untyped-def]
+    orig = mod.TrainingArguments.__post_init__
+    kernels = json.loads(_LIGER or "{}")
+
+    def post_init(self):  # type: ignore[no-untyped-def]
+        orig(self)
+        if self.use_liger_kernel:
+            self.liger_kernel_config = kernels
+            print(f"[bench hook] liger_kernel_config = {kernels}", flush=True)
+
+    mod.TrainingArguments.__post_init__ = post_init
 
 
 def _patch_deepspeed(mod):  # type: ignore[no-untyped-def]
@@ -94,6 +110,8 @@ class _Finder(importlib.abc.MetaPathFinder):
         hooks["deepspeed"] = _patch_deepspeed
     if _PROFILE:
         hooks["transformers.trainer"] = _patch_trainer
+    if _LIGER:
+        hooks["transformers.training_args"] = _patch_training_args
 
     def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
         if name not in self.hooks:
@@ -112,5 +130,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if _DS or _PROFILE:
+if _DS or _PROFILE or _LIGER:
     sys.meta_path.insert(0, _Finder())
