@@ -16,7 +16,8 @@ plan=${1:-}; shift || true
 case "$plan" in
   memory)
     only=(); [ $# -gt 0 ] && only=(--only "$@")
-    timeout "${LIMIT_S:-520}" python3 bench/memory_parallel.py --out "$OUT/mem.json" "${only[@]}" ;;
+    # MEM_ARGS: e.g. "--rows s4 --parallel 6" (bench/memory_parallel.py options)
+    timeout "${LIMIT_S:-520}" python3 bench/memory_parallel.py --out "$OUT/mem.json" ${MEM_ARGS:-} "${only[@]}" ;;
   speed)
     timeout "${LIMIT_S:-520}" python3 bench/throughput.py --out "$OUT/tp.json" --steps "${STEPS:-12}" --plan "$@" ;;
   tests)

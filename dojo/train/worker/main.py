@@ -198,7 +198,10 @@ def apply_lora(model: Any, run: ResolvedRun) -> Any:
         **extra,
     )
     model = get_peft_model(model, cfg)
-    if run.grad_ckpt:
+    if run.grad_ckpt or run.z3_leaf:
+        # Checkpointing needs a grad-requiring input to recompute. So do ZeRO-3 leaf layers: with
+        # a frozen embedding, layer 0's inputs need no grad, and then torch fires its full backward
+        # hook (DeepSpeed's leaf release) before the layer's own backward has used the weights.
         model.enable_input_require_grads()
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     kind = "DoRA" if run.dora else "LoRA"
