@@ -22,28 +22,22 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dojo.estimate import GIB, MemoryEstimate, Setup, estimate  # noqa: E402
+from dojo.estimate.setup import OPTIMS  # noqa: E402
 from dojo.modelspec import ModelSpec, from_hf_config, resolve_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from memory_matrix import EXTRA_ARCHS  # noqa: E402  (the shapes the matrix ran)
+from memory_matrix import EXTRA_ARCHS, SHAPES  # noqa: E402  (the shapes the matrices ran)
 
 H200_GIB = 143771 / 1024  # nvidia-smi memory.total on the lent machine
 HOST_GIB = 131961788 / 2**20  # MemTotal on the lent machine
-# bench/memory_matrix.py SHAPES (session 3); qwen3-1.7b is not in dojo's table: its config.json.
-SHAPES = {
-    "1b": "llama-3.2-1b",
-    "7b": "llama-2-7b",
-    "l1b": "llama-3.2-1b",
-    "l8b": "llama-3.1-8b",
-    "q15": "qwen2.5-1.5b",
-    "g2b": "gemma-2-2b",
-}
 
 
 def spec_for(shape: str) -> ModelSpec:
-    if shape == "q3":
-        return from_hf_config(EXTRA_ARCHS["qwen3-1.7b"], "qwen3-1.7b")
-    return resolve_model(SHAPES[shape])
+    """bench/memory_matrix.py SHAPES; a name not in dojo's table (qwen3-1.7b) from EXTRA_ARCHS."""
+    name = SHAPES[shape]
+    if name in EXTRA_ARCHS:
+        return from_hf_config(EXTRA_ARCHS[name], name)
+    return resolve_model(name)
 
 
 def setup_for(m: dict[str, Any]) -> Setup:
@@ -55,6 +49,7 @@ def setup_for(m: dict[str, Any]) -> Setup:
     zo = m.get("zero_optimization") or {}
     rb = zo.get("reduce_bucket_size", "auto")
     bucket = None if rb in ("auto", None) else int(float(rb))
+    optim = p.get("optim", "auto")
     return Setup(
         stage=stage,
         method=p["method"],
@@ -68,6 +63,7 @@ def setup_for(m: dict[str, Any]) -> Setup:
         liger=bool(p.get("liger")) and not plain,
         packing=bool(p.get("packing")) and not plain,
         deepspeed=not no_ds,
+        optim=optim if optim in OPTIMS else "adamw",  # auto = adamw_torch_fused: fp32 m, v
         adapter_dtype="auto",  # PEFT's fp32 adapters, as far as DeepSpeed casts them
         gpu_memory_gib=H200_GIB,
         cpu_memory_gib=HOST_GIB,

@@ -38,6 +38,11 @@ SHAPES = {
     "q15": "qwen2.5-1.5b",
     "g2b": "gemma-2-2b",
     "q3": "qwen3-1.7b",
+    # session 4 (bench/matrix_rows_s4.py)
+    "q05": "qwen2.5-0.5b",
+    "q06": "qwen3-0.6b",
+    "l3b": "llama-3.2-3b",
+    "m7b": "mistral-7b-v0.3",
 }
 EXTRA_ARCHS = {
     # Qwen/Qwen3-1.7B config.json (not in dojo's table): GQA 16/8, head_dim 128, tied, 152k vocab.

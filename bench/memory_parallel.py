@@ -1,6 +1,9 @@
 """Session 3 memory matrix (bench/matrix_rows.py), several short rows at once on one GPU.
 
     source bench/gpu_setup.sh && python3 bench/memory_parallel.py --out $OUT/mem_s3.json
+    source bench/gpu_setup.sh && python3 bench/memory_parallel.py --rows s4 --out $OUT/mem_s4.json
+
+--rows s3 (default) runs bench/matrix_rows.py, --rows s4 bench/matrix_rows_s4.py.
 
 Why parallel: a row is ~40 s, almost all of it start-up (imports, DeepSpeed init), and device
 time is scarce. Each row is measured per process, so neighbours do not blur it:
@@ -17,6 +20,8 @@ Weights: one background process makes each shape's random bf16 weights once (mem
 
 import argparse
 import contextlib
+import dataclasses
+import importlib
 import json
 import os
 import random
@@ -35,11 +40,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from matrix_rows import ROWS, Row  # noqa: E402
+from matrix_rows import Row  # noqa: E402
+from memory_heldout import setup_for as heldout_setup  # noqa: E402
 from memory_matrix import host_used, make_data, prepare_model, synthetic_chat  # noqa: E402
 
 from dojo.estimate import Setup, estimate  # noqa: E402
 from dojo.modelspec import resolve_model  # noqa: E402
+
+ROW_FILES = {"s3": "matrix_rows", "s4": "matrix_rows_s4"}
+
+
+def load_rows(which: str) -> list[Row]:
+    return list(importlib.import_module(ROW_FILES[which]).ROWS)
+
 
 STEPS = 3
 
@@ -83,27 +96,37 @@ def command(row: Row, model: Path, work: Path, run_dir: Path) -> list[str]:
         "--grad-ckpt" if row.grad_ckpt else "--no-grad-ckpt", "--compile", row.compile,
         "--no-save-model", "--output-dir", str(run_dir), "--force",
         *(["--optimizer", "ds"] if row.offload != "none" else []),
+        *(["--optim", row.optim] if getattr(row, "optim", "auto") != "auto" else []),
     ]  # fmt: skip
 
 
-def setup_for(row: Row, spec: Any, zo: dict[str, Any] | None, gpu: float, host: float) -> Setup:
-    """The estimate's Setup; zo = the zero_optimization really used (None: before the run)."""
+def default_zero(row: Row, params: int) -> dict[str, Any]:
+    """The zero_optimization a row will run with, before it ran (dojo's defaults of session 4,
+    plain = bench/baseline_trainer.py's LLaMA-Factory JSONs); after the run its real one is used."""
     stage = max(row.stage, 0)
-    if zo is None:  # dojo's defaults (overlap on; 5e8 buckets for full Z1/2), plain's JSON
-        overlap = row.system == "dojo"  # plain: LLaMA-Factory's JSONs and DeepSpeed say off
-        bucket = 500_000_000 if (row.method == "full" and stage in (1, 2)) else None
-        if row.system == "plain":
-            bucket = 500_000_000 if stage == 2 else None
-    else:
-        overlap = bool(zo.get("overlap_comm", stage == 3))
-        rb = zo.get("reduce_bucket_size", "auto")
-        bucket = None if rb == "auto" or rb is None else int(float(rb))
-    return Setup(
-        stage=stage, method=row.method, micro_batch=row.micro_batch, seq_len=row.seq_len,  # type: ignore[arg-type]
-        grad_ckpt=row.grad_ckpt, overlap_comm=overlap, bucket_size=bucket,
-        offload_optimizer=row.offload, offload_param="none", lora_dropout=0.05,  # type: ignore[arg-type]
-        liger=row.liger and row.system == "dojo", gpu_memory_gib=gpu, cpu_memory_gib=host,
-    )  # fmt: skip
+    if row.system == "plain":
+        return {
+            "stage": stage,
+            "overlap_comm": False,
+            "reduce_bucket_size": 5e8 if stage == 2 else "auto",
+        }
+    zo: dict[str, Any] = {"stage": stage, "overlap_comm": True, "reduce_bucket_size": "auto"}
+    if row.method == "full" and stage in (1, 2):
+        zo["reduce_bucket_size"] = min(500_000_000, params)
+    if stage == 3:  # session 4: decoder layers are z3 leaves, 5e8 buckets capped at the model
+        zo["reduce_bucket_size"] = zo["stage3_prefetch_bucket_size"] = min(500_000_000, params)
+        zo["leaf_module"] = {"classes": ["DecoderLayer"]}
+    return zo
+
+
+def setup_for(row: Row, spec: Any, zo: dict[str, Any] | None, gpu: float, host: float) -> Setup:
+    """The estimate's Setup (memory_heldout.setup_for); zo = the zero_optimization really used
+    (None: before the run, dojo's / the plain JSON's defaults)."""
+    m = {
+        "params": dataclasses.asdict(row),
+        "zero_optimization": default_zero(row, spec.params) if zo is None else zo,
+    }
+    return dataclasses.replace(heldout_setup(m), gpu_memory_gib=gpu, cpu_memory_gib=host)
 
 
 class Running:
@@ -210,6 +233,7 @@ def main() -> None:
     ap.add_argument("--budget-gib", type=float, default=132.0)
     ap.add_argument("--host-gib", type=float, default=128.0)
     ap.add_argument("--row-timeout", type=float, default=300.0)
+    ap.add_argument("--rows", choices=sorted(ROW_FILES), default="s3", help="which row file")
     ap.add_argument("--only", nargs="*", help="row labels (default: all)")
     ap.add_argument("--make-weights", nargs="*", help="(internal) make these shapes' weights")
     a = ap.parse_args()
@@ -224,7 +248,7 @@ def main() -> None:
     from dojo.gpus import list_gpus
 
     gpu = list_gpus()[0].memory_gib
-    rows = [r for r in ROWS if not a.only or r.label() in a.only]
+    rows = [r for r in load_rows(a.rows) if not a.only or r.label() in a.only]
     shapes = list(dict.fromkeys(r.shape for r in rows))
     maker = subprocess.Popen(
         [sys.executable, __file__, "--out", "-", "--work", str(work), "--make-weights", *shapes]
