@@ -45,7 +45,8 @@ def accelerate_estimate(spec) -> float:  # type: ignore[no-untyped-def]
 def rows() -> list[tuple[object, dict]]:
     by_label = {r.label(): r for rs in MATRIX.values() for r in rs}
     out = []
-    for f in sorted((REPO / "bench" / "results").glob("mem_*.json")):
+    files = sorted((REPO / "bench" / "results").glob("mem_*.json"))
+    for f in [f for f in files if not f.name.startswith("mem_s")]:  # mem_s3_*: memory_heldout
         for m in json.loads(f.read_text()):
             m["held_out"] = f.name not in CALIBRATION_FILES
             out.append((by_label[m["row"]], m))
