@@ -203,8 +203,9 @@ def _z3_working_set(
 
     - Gathering (partition_parameters.py all_gather_coalesced): when every param's partition
       group has one rank it calls ``_no_gather_coalesced``, whose NoGatherHandle sets
-      ``param.data = param.ds_tensor.data.view(ds_shape)``: the partition IS the full tensor, so
-      at world size 1 a gathered, prefetched or retained param costs nothing.
+      ``param.data = param.ds_tensor.data.to(device).view(ds_shape)``: the partition IS the full
+      tensor, so at world size 1 a gathered, prefetched or retained param costs nothing (unless
+      the partition is offloaded to the CPU: then ``.to`` copies it onto the GPU).
     - Otherwise the gathered set is one fetch unit (the largest single module, or with
       ``z3_leaf_layer`` the whole decoder layer: z3_leaf_module makes fetch_sub_module and
       release_sub_module take ``iter_params(layer, recurse=True)`` at once), plus the prefetch
@@ -217,17 +218,28 @@ def _z3_working_set(
       the layer's full backward hook, so every trainable grad of the layer is alive at once.
     """
     n = s.world_size
-    # trainable params of one decoder layer: all of it (full), or its share of the adapters
-    layer_t = spec.layer_params if s.method == "full" else p_t // max(1, spec.num_layers)
-    grads_work = float(BF16 * max(largest_t, layer_t if s.z3_leaf_layer else 0))
-    if n == 1:
+    # Grads alive at once: a tied embedding's grad from the lm_head backward (the first) waits
+    # for the embedding backward (the last) before its hook fires, so it lives through the whole
+    # backward; beside it one layer's unit: all the layer's trainable grads (leaf) or its
+    # biggest trainable tensor. An untied head's grad is reduced on its own, at the start.
+    if s.method == "full":
+        layer_t = spec.layer_params
+        tensor_t = max(a * b + (b if bias else 0) for _, a, b, bias in spec.linears())
+        tied_t = spec.embedding_params if spec.tied_embeddings else 0
+    else:
+        layer_t, tensor_t, tied_t = p_t // max(1, spec.num_layers), largest_t, 0
+    unit_t = layer_t if s.z3_leaf_layer else tensor_t
+    grads_work = float(BF16 * max(tied_t + unit_t, largest_t))
+    if n == 1 and s.offload_param == "none":  # offloaded: .to(device) copies to the GPU
         return 0.0, grads_work
     storage_elems = stored / BF16
     ratio = storage_elems / spec.params  # 4-bit storage packs QLoRA weights
     unit = spec.largest_layer_params
     if s.z3_leaf_layer:
         unit = max(spec.layer_params * ratio, spec.embedding_params)
-    prefetch = s.prefetch_bucket if s.prefetch_bucket is not None else int(0.9 * spec.hidden_size**2)
+    prefetch = (
+        s.prefetch_bucket if s.prefetch_bucket is not None else int(0.9 * spec.hidden_size**2)
+    )
     prefetched = max(0.0, min(prefetch, s.stage3_max_live_parameters - unit))
     kept = s.method != "qlora"
     reuse = min(s.stage3_max_reuse_distance, storage_elems) if kept else 0

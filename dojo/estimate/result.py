@@ -147,7 +147,8 @@ class MemoryEstimate:
 
     def gpu_columns(self) -> dict[str, int]:
         """The issue's GPU breakdown; the columns sum to the total."""
-        beyond = max(0, self.step - self.backward_extra)  # step transient above the backward peak
+        # step phase above the backward peak (its ZeRO-3 bucket is the comm column already)
+        beyond = max(0, self.step_extra - self.backward_extra)
         return {
             "total": self.gpu_total,
             "params": self.params + self.params_work,
