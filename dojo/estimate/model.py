@@ -234,7 +234,7 @@ def _z3_working_set(
         return 0.0, grads_work
     storage_elems = stored / BF16
     ratio = storage_elems / spec.params  # 4-bit storage packs QLoRA weights
-    unit = spec.largest_layer_params
+    unit: float = spec.largest_layer_params
     if s.z3_leaf_layer:
         unit = max(spec.layer_params * ratio, spec.embedding_params)
     prefetch = (
