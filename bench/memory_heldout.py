@@ -50,6 +50,9 @@ def setup_for(m: dict[str, Any]) -> Setup:
     rb = zo.get("reduce_bucket_size", "auto")
     bucket = None if rb in ("auto", None) else int(float(rb))
     optim = p.get("optim", "auto")
+    pb = zo.get("stage3_prefetch_bucket_size", "auto")
+    prefetch = None if pb in ("auto", None) else int(float(pb))
+    leaf = bool((zo.get("leaf_module") or {}).get("classes"))  # session 4: decoder layers
     return Setup(
         stage=stage,
         method=p["method"],
@@ -63,6 +66,8 @@ def setup_for(m: dict[str, Any]) -> Setup:
         liger=bool(p.get("liger")) and not plain,
         packing=bool(p.get("packing")) and not plain,
         deepspeed=not no_ds,
+        z3_leaf_layer=leaf and stage == 3,
+        prefetch_bucket=prefetch if stage == 3 else None,
         optim=optim if optim in OPTIMS else "adamw",  # auto = adamw_torch_fused: fp32 m, v
         adapter_dtype="auto",  # PEFT's fp32 adapters, as far as DeepSpeed casts them
         gpu_memory_gib=H200_GIB,

@@ -77,6 +77,7 @@ def free_port() -> int:
 def command(row: Row, model: Path, work: Path, run_dir: Path) -> list[str]:
     data = make_data(work / "pack.jsonl") if row.packing and row.system == "dojo" else None
     data = data or fixed_data(work, row.seq_len)
+    optim = getattr(row, "optim", "auto")  # session-4 rows only (bench/matrix_rows_s4.py)
     if row.system == "plain":
         return [
             sys.executable, "-m", "deepspeed.launcher.runner", "--include", "localhost:0",
@@ -96,7 +97,7 @@ def command(row: Row, model: Path, work: Path, run_dir: Path) -> list[str]:
         "--grad-ckpt" if row.grad_ckpt else "--no-grad-ckpt", "--compile", row.compile,
         "--no-save-model", "--output-dir", str(run_dir), "--force",
         *(["--optimizer", "ds"] if row.offload != "none" else []),
-        *(["--optim", row.optim] if getattr(row, "optim", "auto") != "auto" else []),
+        *(["--optim", optim] if optim != "auto" else []),
     ]  # fmt: skip
 
 

@@ -54,6 +54,8 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
         logits = _fused_loss_bytes(spec, setup)  # Liger's Gemma-2 kernel softcaps per chunk
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
     kept = spec.num_layers * keep + _mask_bytes(setup)
+    if s.stage == 3 and s.deepspeed and not s.grad_ckpt:
+        kept += int(cal.zero3_kept_per_token_h * tokens * h) * spec.num_layers
     activations = kept + max(loss_tail, layer_extra - logits)
     return int(activations), int(logits)
 

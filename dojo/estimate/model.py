@@ -145,18 +145,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     # --- backward working set ---
     params_work = grads_work = 0.0
     if z3:
-        storage_elems = stored / BF16
-        prefetch = int(0.9 * spec.hidden_size**2)  # HF auto stage3_prefetch_bucket_size
-        # partitioned_param_coordinator.__params_to_release keeps a gathered param whose next
-        # use in the recorded trace is within stage3_max_reuse_distance numel (from step 2 on).
-        # 4-bit QLoRA weights were not seen kept on the H200 (7B QLoRA ZeRO-3: 6.9 GiB
-        # allocated; with retention the estimate said 9.5): calibrated on that one row.
-        kept = s.method != "qlora"
-        reuse = min(s.stage3_max_reuse_distance, storage_elems) if kept else 0
-        gathered = spec.largest_layer_params + min(prefetch, s.stage3_max_live_parameters) + reuse
-        small = spec.num_layers * spec.norms_per_layer * spec.hidden_size + spec.hidden_size
-        params_work = BF16 * min(gathered + small, storage_elems)
-        grads_work = BF16 * largest_t
+        params_work, grads_work = _z3_working_set(spec, s, stored, p_t, largest_t)
     if s.method == "qlora":
         biggest_w = max(a * b for _, a, b, _ in spec.linears())
         params_work += BF16 * biggest_w  # bnb dequantizes one weight to bf16 per matmul
@@ -204,6 +193,59 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         nvme=c["nvme"],
         notes=tuple(notes),
     )
+
+
+def _z3_working_set(
+    spec: ModelSpec, s: Setup, stored: float, p_t: int, largest_t: int
+) -> tuple[float, float]:
+    """(gathered params, unreduced grads) bytes that ZeRO-3's backward holds beside the static
+    terms, from DeepSpeed 0.19.8's source:
+
+    - Gathering (partition_parameters.py all_gather_coalesced): when every param's partition
+      group has one rank it calls ``_no_gather_coalesced``, whose NoGatherHandle sets
+      ``param.data = param.ds_tensor.data.to(device).view(ds_shape)``: the partition IS the full
+      tensor, so at world size 1 a gathered, prefetched or retained param costs nothing (unless
+      the partition is offloaded to the CPU: then ``.to`` copies it onto the GPU).
+    - Otherwise the gathered set is one fetch unit (the largest single module, or with
+      ``z3_leaf_layer`` the whole decoder layer: z3_leaf_module makes fetch_sub_module and
+      release_sub_module take ``iter_params(layer, recurse=True)`` at once), plus the prefetch
+      (partitioned_param_coordinator.fetch_sub_module: up to min(max_live - available,
+      stage3_prefetch_bucket_size) numel), plus params kept for reuse within
+      stage3_max_reuse_distance (__params_to_release; not seen for 4-bit weights, H200 row 19).
+    - Grads (stage3.py create_reduce_and_remove_grad_hooks): a normal param is reduced from its
+      own grad-accumulation hook, so one full grad (the largest trainable tensor) waits for a
+      bucket; a leaf module's params get no such hook: ``reduce_leaf_module_grads`` runs from
+      the layer's full backward hook, so every trainable grad of the layer is alive at once.
+    """
+    n = s.world_size
+    # Grads alive at once: a tied embedding's grad from the lm_head backward (the first) waits
+    # for the embedding backward (the last) before its hook fires, so it lives through the whole
+    # backward; beside it one layer's unit: all the layer's trainable grads (leaf) or its
+    # biggest trainable tensor. An untied head's grad is reduced on its own, at the start.
+    if s.method == "full":
+        layer_t = spec.layer_params
+        tensor_t = max(a * b + (b if bias else 0) for _, a, b, bias in spec.linears())
+        tied_t = spec.embedding_params if spec.tied_embeddings else 0
+    else:
+        layer_t, tensor_t, tied_t = p_t // max(1, spec.num_layers), largest_t, 0
+    unit_t = layer_t if s.z3_leaf_layer else tensor_t
+    grads_work = float(BF16 * max(tied_t + unit_t, largest_t))
+    if n == 1 and s.offload_param == "none":  # offloaded: .to(device) copies to the GPU
+        return 0.0, grads_work
+    storage_elems = stored / BF16
+    ratio = storage_elems / spec.params  # 4-bit storage packs QLoRA weights
+    unit: float = spec.largest_layer_params
+    if s.z3_leaf_layer:
+        unit = max(spec.layer_params * ratio, spec.embedding_params)
+    prefetch = (
+        s.prefetch_bucket if s.prefetch_bucket is not None else int(0.9 * spec.hidden_size**2)
+    )
+    prefetched = max(0.0, min(prefetch, s.stage3_max_live_parameters - unit))
+    kept = s.method != "qlora"
+    reuse = min(s.stage3_max_reuse_distance, storage_elems) if kept else 0
+    small = spec.num_layers * spec.norms_per_layer * spec.hidden_size + spec.hidden_size
+    params_work = BF16 * min(unit + prefetched + reuse + small, storage_elems)
+    return params_work, grads_work
 
 
 def _allocator_reserve(

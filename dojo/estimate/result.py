@@ -68,13 +68,20 @@ class MemoryEstimate:
         return self.params_work + self.grads_work + self.activations + self.logits + self.comm
 
     @property
+    def step_extra(self) -> int:
+        """The optimizer-step phase beside the static terms: the step transient, and at ZeRO-3
+        the gradient bucket too (stage3.py allocates ipg bucket.buffer once in __init__ and
+        keeps it; ZeRO-1/2 free theirs before the step, stage_1_and_2.py _release_ipg_buffers)."""
+        return self.step + (self.comm if self.setup.stage == 3 else 0)
+
+    @property
     def peak_phase(self) -> str:
-        return "step" if self.step > self.backward_extra else "backward"
+        return "step" if self.step_extra > self.backward_extra else "backward"
 
     @property
     def allocated(self) -> int:
         """Predicted torch.cuda.max_memory_allocated over steps >= 2."""
-        return self.static + max(self.backward_extra, self.step)
+        return self.static + max(self.backward_extra, self.step_extra)
 
     @property
     def reserved(self) -> int:
@@ -140,7 +147,8 @@ class MemoryEstimate:
 
     def gpu_columns(self) -> dict[str, int]:
         """The issue's GPU breakdown; the columns sum to the total."""
-        beyond = max(0, self.step - self.backward_extra)  # step transient above the backward peak
+        # step phase above the backward peak (its ZeRO-3 bucket is the comm column already)
+        beyond = max(0, self.step_extra - self.backward_extra)
         return {
             "total": self.gpu_total,
             "params": self.params + self.params_work,

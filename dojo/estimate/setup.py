@@ -52,6 +52,15 @@ class Calibration:
     """The same for a frozen base (LoRA/QLoRA), whose backward makes no weight grads: 1.3-1.4
     fits the five session-3 H200 rows tagged "fit" with LoRA/QLoRA and checkpointing (2.0
     put them 7-31% over); 1.4, the safe side of that range."""
+    zero3_kept_per_token_h: float = 9.0
+    """ZeRO-3 without checkpointing keeps this many more bytes per token x hidden per layer than
+    ZeRO-0/2 with the same settings; no mechanism found in the source (at world size 1 gathered
+    params alias their partition, so it is not the gathered set; LoRA and full fine-tuning show
+    it alike). Measured (allocated, session-3 H200): dojo_l1b_Z3_full and dojo_l1b_Z3_lora
+    b4x2048 (+2.37 / +2.40 GiB = 8.9 / 9.0 B); checked on dojo_q15_Z3_full and
+    plain_q15_Z3_lora (12.7 / 14.8 B raw, partly the Qwen activation under-count seen at ZeRO-2
+    on dojo_q3_Z2_full) and session-2 row 7. With checkpointing (dojo_g2b_Z3_lora: +0.2 GiB)
+    it is absent, so it is applied only without."""
     loss_bytes_per_logit: float = 12.0
     """fp32 upcast + log-softmax + its grad at the start of backward, bytes per logit (sec 3.3)."""
     loss_tail_bytes_per_th: float = 26.0
@@ -121,6 +130,14 @@ class Setup:
     sub_group_size: int = 1_000_000_000  # DeepSpeed default (zero/config.py)
     stage3_max_live_parameters: int = 1_000_000_000  # DeepSpeed and HF example default
     stage3_max_reuse_distance: int = 1_000_000_000
+    z3_leaf_layer: bool = False
+    """ZeRO-3: every decoder layer is a z3 leaf module (zero_optimization.leaf_module.classes,
+    deepspeed/utils/z3_leaf_module.py): its params are gathered together when the layer starts
+    and its grads reduced together when its backward ends (stage3.py reduce_leaf_module_grads),
+    instead of module by module. dojo writes it at ZeRO-3 for dense models (session 4)."""
+    prefetch_bucket: int | None = None
+    """stage3_prefetch_bucket_size in elements; None = HF "auto" = 0.9 x hidden_size**2.
+    Prefetched params live beside the current ones, bounded by stage3_max_live_parameters."""
     calibration: Calibration = field(default_factory=Calibration)
 
     @property
@@ -175,6 +192,11 @@ def _range_checks(s: Setup) -> list[tuple[bool, str, str]]:
             s.bucket_size is None or s.bucket_size > 0,
             f"--bucket-size {s.bucket_size}: must be positive",
             "use e.g. --bucket-size 500000000, or leave it out for HF's auto (hidden^2)",
+        ),
+        (
+            s.prefetch_bucket is None or s.prefetch_bucket >= 0,
+            f"prefetch bucket {s.prefetch_bucket}: must be 0 or more elements",
+            "use e.g. 500000000, or leave it out for HF's auto (0.9 x hidden^2)",
         ),
         (s.lora_rank >= 1, f"--lora-rank {s.lora_rank}: must be at least 1", "use e.g. --lora-rank 16"),
         (
