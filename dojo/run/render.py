@@ -56,6 +56,8 @@ def estimate_setup(
         attention=attention,  # type: ignore[arg-type]
         liger=run.liger,
         packing=run.packing,
+        z3_leaf_layer=run.zero == 3 and bool(run.z3_leaf),
+        prefetch_bucket=run.prefetch_bucket_size if run.zero == 3 else None,
         # torch's and DeepSpeed's AdamW keep the same fp32 m and v; bitsandbytes' do not.
         optim=run.optim if run.optim in BNB_OPTIMS else "adamw",  # type: ignore[arg-type]
         gpu_memory_gib=gpu_memory_gib,

@@ -178,6 +178,9 @@ class Measures(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self.steps_run += 1
         if self.steps_run == 1:
+            # Kernels are queued ahead of the host: without a sync the clock would start while
+            # step 1 still runs on the GPU and charge its tail to the steady state (once only).
+            _sync()
             self.t_step1, self.tok_step1 = time.perf_counter(), state.num_input_tokens_seen
             if torch.cuda.is_available():
                 # Peak of the whole run so far, then restart the counters: later steps are
@@ -186,7 +189,13 @@ class Measures(TrainerCallback):
                 torch.cuda.reset_peak_memory_stats()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        _sync()
         self.t_end, self.tok_end = time.perf_counter(), state.num_input_tokens_seen
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
     def summary(self) -> dict[str, Any]:
         """Measured numbers (peaks = max over ranks); call on every rank (it all-reduces)."""
