@@ -128,8 +128,10 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     # The session-3 defaults at ZeRO-3 (per-module hooks, HF's hidden^2 buckets): the A/B of this
     # session's change inside one call.
     # ({h2} and {pf} become the shape's hidden^2 and 0.9 hidden^2, HF's "auto" values.)
-    "dojo-z3-old": (["--z3-leaf", "off", "--bucket-size", "{h2}", "--prefetch-bucket-size",
-                     "{pf}"], {}),
+    "dojo-z3-old": (
+        ["--z3-leaf", "off", "--bucket-size", "{h2}", "--prefetch-bucket-size", "{pf}"],
+        {},
+    ),
     "dojo-log100": (["--logging-steps", "100"], {}),
     "dojo-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
 }

@@ -57,7 +57,10 @@ def test_moe_and_huge_layers_keep_per_module_hooks(cli) -> None:
     assert r.exit_code == 0, r.stderr
     assert "leaf_module" not in json.loads(r.stdout)["zero_optimization"]  # DeepSpeed's MoE leaves
     r = cli("config", "--stage", "3", "--model", "llama-2-70b")  # 856M-param layers: still a leaf
-    assert json.loads(r.stdout)["zero_optimization"]["leaf_module"]["classes"][0] == "LlamaDecoderLayer"
+    assert (
+        json.loads(r.stdout)["zero_optimization"]["leaf_module"]["classes"][0]
+        == "LlamaDecoderLayer"
+    )
 
 
 def test_writes_file_and_refuses_overwrite(cli, tmp_path: Path) -> None:

@@ -222,7 +222,9 @@ def test_resume_is_deterministic(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "method,extra", [("full", ()), ("lora", ()), ("lora", ("--grad-ckpt",))]
 )  # LoRA without checkpointing: a frozen embedding, layer 0's input needs no grad (see apply_lora)
-def test_zero3_leaf_layers_train_the_same(tmp_path: Path, method: str, extra: tuple[str, ...]) -> None:
+def test_zero3_leaf_layers_train_the_same(
+    tmp_path: Path, method: str, extra: tuple[str, ...]
+) -> None:
     """--z3-leaf auto gathers each decoder layer whole (DeepSpeed leaf modules): the losses are
     those of DeepSpeed's per-module hooks (--z3-leaf off), step for step."""
     losses = {}

@@ -15,8 +15,8 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from dojo.train.checkpoints import MARKER, manifest
-from dojo.train.worker.args import z3_leaf_count
 from dojo.train.resume_check import read_record, saved_view
+from dojo.train.worker.args import z3_leaf_count
 
 GIB = 1024**3
 
@@ -159,6 +159,11 @@ class CheckpointMarker(TrainerCallback):
         barrier()
 
 
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 class Measures(TrainerCallback):
     """Tokens/s and peak GPU memory, the whole run and after step 1 (issue 5 compares both)."""
 
@@ -191,11 +196,6 @@ class Measures(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         _sync()
         self.t_end, self.tok_end = time.perf_counter(), state.num_input_tokens_seen
-
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
     def summary(self) -> dict[str, Any]:
         """Measured numbers (peaks = max over ranks); call on every rank (it all-reduces)."""
