@@ -10,6 +10,8 @@ from typing import Any
 
 from transformers import TrainingArguments
 
+from dojo.train.worker.callbacks import print0
+
 LOGGING_RATIO = 0.01
 """--logging-steps auto without --max-steps: transformers reads a float < 1 as a fraction of the
 total steps and rounds up, so runs under 100 steps log every step, longer ones ~100 times."""
@@ -91,12 +93,6 @@ def eval_callbacks(run: Any) -> list[Any]:
     return [EarlyStoppingCallback(early_stopping_patience=run.early_stopping)]
 
 
-def print0(text: str) -> None:
-    from dojo.train.worker.callbacks import print0 as p
-
-    p(text)
-
-
 def fit_z3_leaf(model: Any, training_args: TrainingArguments, run: Any) -> None:
     """ZeRO-3: the leaf class the resolver named from config.json's model_type must exist in the
     loaded model. If it does not (an unusual class name), transformers' own ``_no_split_modules``
@@ -118,12 +114,3 @@ def fit_z3_leaf(model: Any, training_args: TrainingArguments, run: Any) -> None:
         zero.pop("leaf_module", None)
         print0(f"warning: ZeRO-3: no {run.z3_leaf[0]} in this model: DeepSpeed's per-module "
                "hooks stay (slower; the estimate assumed one gather per layer)")  # fmt: skip
-
-
-def z3_leaf_count(model: Any) -> dict[str, int]:
-    """Modules DeepSpeed really made ZeRO-3 leaves (its ``_z3_leaf`` flag), by class."""
-    out: dict[str, int] = {}
-    for m in model.modules():
-        if getattr(m, "_z3_leaf", False):
-            out[type(m).__name__] = out.get(type(m).__name__, 0) + 1
-    return out

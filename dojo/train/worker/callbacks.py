@@ -16,7 +16,6 @@ from transformers import TrainerCallback
 
 from dojo.train.checkpoints import MARKER, manifest
 from dojo.train.resume_check import read_record, saved_view
-from dojo.train.worker.args import z3_leaf_count
 
 GIB = 1024**3
 
@@ -157,6 +156,15 @@ class CheckpointMarker(TrainerCallback):
             marker["files"] = manifest(path)
             _write_json_atomic(path / MARKER, marker)
         barrier()
+
+
+def z3_leaf_count(model: Any) -> dict[str, int]:
+    """Modules DeepSpeed really made ZeRO-3 leaves (its ``_z3_leaf`` flag), by class."""
+    out: dict[str, int] = {}
+    for m in model.modules():
+        if getattr(m, "_z3_leaf", False):
+            out[type(m).__name__] = out.get(type(m).__name__, 0) + 1
+    return out
 
 
 def _sync() -> None:

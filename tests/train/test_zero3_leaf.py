@@ -1,0 +1,73 @@
+"""The worker's ZeRO-3 leaf check (dojo.train.worker.args.fit_z3_leaf): the class the resolver
+named from config.json's model_type must be in the loaded model, else transformers' own
+_no_split_modules replaces it in the live DeepSpeed config, else the leaf entry goes."""
+
+import importlib.util
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="needs the train extra"
+)
+
+from torch import nn  # noqa: E402
+
+from dojo.train.worker.args import fit_z3_leaf  # noqa: E402
+from dojo.train.worker.callbacks import z3_leaf_count  # noqa: E402
+from dojo.zero.build import DS_LEAF_DEFAULTS  # noqa: E402
+
+
+class OddBlock(nn.Module):  # a decoder layer whose name is not {ModelType}DecoderLayer
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+
+class Model(nn.Module):
+    _no_split_modules = ["OddBlock"]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([OddBlock(), OddBlock()])
+
+
+def _args(classes: list[str]) -> Any:
+    zero = {"stage": 3, "leaf_module": {"classes": classes}}
+    return SimpleNamespace(hf_deepspeed_config=SimpleNamespace(config={"zero_optimization": zero}))
+
+
+def test_named_class_present_is_kept(capsys: pytest.CaptureFixture[str]) -> None:
+    args = _args(["OddBlock", *DS_LEAF_DEFAULTS])
+    fit_z3_leaf(Model(), args, SimpleNamespace(zero=3, z3_leaf=("OddBlock",)))
+    assert (
+        args.hf_deepspeed_config.config["zero_optimization"]["leaf_module"]["classes"][0]
+        == "OddBlock"
+    )
+    assert capsys.readouterr().err == ""
+
+
+def test_missing_class_falls_back_to_no_split_modules(capsys: pytest.CaptureFixture[str]) -> None:
+    args = _args(["OddDecoderLayer", *DS_LEAF_DEFAULTS])
+    fit_z3_leaf(Model(), args, SimpleNamespace(zero=3, z3_leaf=("OddDecoderLayer",)))
+    classes = args.hf_deepspeed_config.config["zero_optimization"]["leaf_module"]["classes"]
+    assert classes == ["OddBlock", *DS_LEAF_DEFAULTS]
+    assert "its decoder layer OddBlock is the leaf" in capsys.readouterr().err
+
+
+def test_no_layer_class_at_all_drops_the_leaf(capsys: pytest.CaptureFixture[str]) -> None:
+    model = Model()
+    model._no_split_modules = []  # type: ignore[misc]
+    args = _args(["OddDecoderLayer"])
+    fit_z3_leaf(model, args, SimpleNamespace(zero=3, z3_leaf=("OddDecoderLayer",)))
+    assert "leaf_module" not in args.hf_deepspeed_config.config["zero_optimization"]
+    assert "per-module hooks stay" in capsys.readouterr().err
+
+
+def test_count_reads_deepspeeds_flag() -> None:
+    model = Model()
+    assert z3_leaf_count(model) == {}
+    for layer in model.layers:
+        layer._z3_leaf = True  # what deepspeed.utils.set_z3_leaf_module sets
+    assert z3_leaf_count(model) == {"OddBlock": 2}
