@@ -88,8 +88,13 @@ def test_zero3_model_states(counted, name: str, gpus: int, nodes: int) -> None:
     states = e.params + e.optimizer_states + e.step * 4 // 6
     assert abs(states + ll - ds_gpu) <= 8
     assert e.gradients == 2 * p // n
-    # DeepSpeed's 4 x largest layer is dojo's gathered module + its grad, a floor of the working set
-    assert e.params_work + e.grads_work >= ll
+    # DeepSpeed's 4 x largest layer is dojo's gathered module + its grad, a floor of the working
+    # set; on one rank a gather is the partition itself (partition_parameters.py NoGatherHandle:
+    # no copy), so only the gradient half is left.
+    if n > 1:
+        assert e.params_work + e.grads_work >= ll
+    else:
+        assert e.params_work == 0 and e.grads_work >= ll // 2
 
     _, ds_gpu, ll = estimate_zero3_model_states_mem_needs(p, largest, gpus, nodes, True, False)
     off = estimate(spec, Setup(stage=3, num_gpus=gpus, num_nodes=nodes, offload_optimizer="cpu"))
