@@ -171,7 +171,10 @@ def run_dojo(
         "--seq-len", str(case["seq"]), "--packing",
         "--grad-ckpt" if case["ckpt"] else "--no-grad-ckpt",
         "--max-steps", str(steps), "--save-steps", "0", "--no-save-model",
-        "--output-dir", str(out), "--force", *extra,
+        "--output-dir", str(out), "--force",
+        # The plain script's logging settings (baseline_trainer.py: logging_steps=10, report_to
+        # none): dojo's "auto" logs every step of a run under 100 steps, one more host sync each.
+        "--logging-steps", "10", "--report-to", "none", *extra,
     ]  # fmt: skip
     e = {**os.environ, **(env or {})}
     if env:  # bench-only hooks (DeepSpeed overrides, profiler), never part of dojo
