@@ -15,6 +15,15 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
     Peak = max(loss phase, layer phase); the split reports the logits term whole and the rest as
     activations, so the two always add up to the peak.
     """
+    kept, loss_extra, layer_extra, logits = activation_phases(spec, setup)
+    activations = kept + max(loss_extra - logits, layer_extra - logits)
+    return int(activations), int(logits)
+
+
+def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int]:
+    """(kept, loss phase, layer phase, loss term) in bytes: what every layer keeps through the
+    backward, what the loss phase (its first op) adds to it (loss term + tail), what the worst
+    layer's backward (or recompute + backward) adds, and the loss term alone."""
     s, cal = setup, setup.calibration
     tokens = s.micro_batch * s.seq_len
     # MoE: a token passes through its top-k experts (and a shared one), so the MLP tensors saved
@@ -70,8 +79,7 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
     kept = spec.num_layers * keep + _mask_bytes(setup)
     if s.stage == 3 and s.deepspeed and not s.grad_ckpt:
         kept += int(cal.zero3_kept_per_token_h * tokens * h) * spec.num_layers
-    activations = kept + max(loss_tail, layer_extra - logits)
-    return int(activations), int(logits)
+    return int(kept), int(logits + loss_tail), int(layer_extra), int(logits)
 
 
 def _mask_bytes(s: Setup) -> int:
