@@ -57,7 +57,7 @@ def setup_for(row) -> Setup:  # type: ignore[no-untyped-def]
     return Setup(
         stage=row.stage, method=row.method, micro_batch=row.micro_batch, seq_len=row.seq_len,
         grad_ckpt=row.grad_ckpt, overlap_comm=row.overlap_comm, bucket_size=row.bucket,
-        offload_optimizer=row.offload, lora_dropout=0.0, liger=True, gpu_memory_gib=H200_GIB,
+        offload_optimizer=row.offload, lora_dropout=0.0, liger=True, packing=True, gpu_memory_gib=H200_GIB,
         cpu_memory_gib=HOST_GIB,
     )  # fmt: skip
 

@@ -257,8 +257,10 @@ SEC9 = [
     ),
     ("llama-3.1-8b", {"stage": 3, "num_gpus": 2, "seq_len": 8192, "grad_ckpt": True}, 78.3),
     ("llama-3.1-8b", {"stage": 2, "method": "lora", "seq_len": 1024, "attention": "eager"}, 29.1),
-    ("qwen2.5-1.5b", {"stage": 0, "num_gpus": 2, "micro_batch": 4, "seq_len": 2048}, 60.2),
-    ("qwen2.5-1.5b", {"stage": 1, "num_gpus": 2, "micro_batch": 4, "seq_len": 2048}, 52.5),
+    # session 4: the loss peak no longer carries the ZeRO-0/1 grads and buckets (allocated from
+    # the first grad hook, after the loss), 2P + comm lower than memory-model.md's 60.2 / 52.5
+    ("qwen2.5-1.5b", {"stage": 0, "num_gpus": 2, "micro_batch": 4, "seq_len": 2048}, 56.5),
+    ("qwen2.5-1.5b", {"stage": 1, "num_gpus": 2, "micro_batch": 4, "seq_len": 2048}, 47.8),
 ]
 
 
@@ -481,6 +483,8 @@ def test_fp32_adapters_cost_more_and_need_no_deepspeed(l7) -> None:
 def test_packed_rows_pay_for_the_attention_mask(l7) -> None:
     one = {"micro_batch": 1, "seq_len": 16384, "grad_ckpt": True}
     packed, plain = (estimate(l7, Setup(packing=p, **one)) for p in (True, False))
-    assert packed.activations - plain.activations == 16384**2  # bool [1, 1, s, s]
+    # bool [1, 1, s, s] kept by every layer + the recomputed layer's bf16 additive copy that
+    # SDPA's memory-efficient kernel saves (ATen convert_boolean_attn_mask)
+    assert packed.activations - plain.activations == 16384**2 + 2 * 16384**2
     fa2 = estimate(l7, Setup(packing=True, attention="flash_attention_2", **one))
     assert fa2.activations == plain.activations

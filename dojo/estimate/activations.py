@@ -15,6 +15,15 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
     Peak = max(loss phase, layer phase); the split reports the logits term whole and the rest as
     activations, so the two always add up to the peak.
     """
+    kept, loss_extra, layer_extra, logits = activation_phases(spec, setup)
+    activations = kept + max(loss_extra - logits, layer_extra - logits)
+    return int(activations), int(logits)
+
+
+def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int]:
+    """(kept, loss phase, layer phase, loss term) in bytes: what every layer keeps through the
+    backward, what the loss phase (its first op) adds to it (loss term + tail), what the worst
+    layer's backward (or recompute + backward) adds, and the loss term alone."""
     s, cal = setup, setup.calibration
     tokens = s.micro_batch * s.seq_len
     # MoE: a token passes through its top-k experts (and a shared one), so the MLP tensors saved
@@ -36,14 +45,28 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
         # the SwiGLU saving applies.
         per_token -= 2 * i
     per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
+    # Packed rows (position_ids restart, masking_utils find_packed_sequence_indices) always get a
+    # full-size 4-D mask. Padded batches get one too, but their rows are only as long as the
+    # longest sample (the estimate's seq_len is an upper bound there and those rows already
+    # come out over), so the per-layer attention-mask costs below are charged for packing only.
+    masked = s.packing and _mask_bytes(setup) > 0
+    # Not charged: GQA's repeat_kv. transformers 5.24's sdpa_attention_forward passes
+    # enable_gqa only without a mask (use_gqa_in_sdpa), so a masked call materialises k and v
+    # at all heads (+4 B x (q - kv) per token); the GPU ran transformers 5.17 and its
+    # Llama-3.2-1B packed rows show no such cost (docs/estimate.md, session 4).
     a_layer = tokens * per_token
     if s.attention == "eager":
         a_layer += 6 * spec.num_heads * s.seq_len * tokens  # fp32 softmax + bf16 copy (sec 3.2)
+    # SDPA turns a bool mask into an additive one in the query dtype on every call (ATen
+    # attention.cpp convert_boolean_attn_mask), and the memory-efficient kernel, the one that
+    # takes a mask, saves that bias for its backward: 2 B x b x s^2 per layer, once per layer
+    # (no grad is made for it, so a recomputed layer holds it once).
+    bias = BF16 * s.micro_batch * s.seq_len * s.seq_len if s.attention == "sdpa" and masked else 0
     # fp32 embeddings and norms (s.fp32_rest) keep the residual stream in fp32 under autocast:
     # the checkpointed layer inputs are 4 B per value.
-    keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.grad_ckpt else a_layer
+    keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.grad_ckpt else a_layer + bias
     factor = cal.recompute_factor if s.method == "full" else cal.recompute_factor_frozen
-    layer_extra = factor * a_layer if s.grad_ckpt else a_layer
+    layer_extra = (factor * a_layer if s.grad_ckpt else a_layer) + bias
     logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
     if spec.model_type == "gemma2":
         # Gemma2ForCausalLM final_logit_softcapping (30.0): logits / cap -> tanh -> * cap in
@@ -56,8 +79,7 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
     kept = spec.num_layers * keep + _mask_bytes(setup)
     if s.stage == 3 and s.deepspeed and not s.grad_ckpt:
         kept += int(cal.zero3_kept_per_token_h * tokens * h) * spec.num_layers
-    activations = kept + max(loss_tail, layer_extra - logits)
-    return int(activations), int(logits)
+    return int(kept), int(logits + loss_tail), int(layer_extra), int(logits)
 
 
 def _mask_bytes(s: Setup) -> int:

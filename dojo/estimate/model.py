@@ -6,7 +6,8 @@ Example: ``estimate(resolve_model("7b"), Setup(stage=3, num_gpus=8)).gpu_total_g
 """
 
 from dojo.errors import EstimateError
-from dojo.estimate.activations import activation_bytes
+from dojo.estimate.activations import activation_bytes as activation_bytes
+from dojo.estimate.activations import activation_phases
 from dojo.estimate.host import host_terms
 from dojo.estimate.result import GIB as GIB
 from dojo.estimate.result import MemoryEstimate as MemoryEstimate
@@ -149,14 +150,39 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     if s.method == "qlora":
         biggest_w = max(a * b for _, a, b, _ in spec.linears())
         params_work += BF16 * biggest_w  # bnb dequantizes one weight to bf16 per matmul
-    activations, logits = activation_bytes(spec, s)
+    kept, loss_phase, layer_phase, loss_term = activation_phases(spec, s)
     comm_current, comm_docs = _comm(s, p_t, s.reduce_bucket(spec))
-    churn = activations + logits + params_work + grads_work
+    # The loss is the first thing the backward does. At ZeRO 0-2 (and without DeepSpeed) no
+    # gradient exists yet then: ZeRO-1/2 allocate the IPG buckets and the gradient partition
+    # from the first grad hook (stage_1_and_2.py process_gradients -> setup_buckets, and
+    # grads_in_partition, both freed again by _release_ipg_buffers before the step); ZeRO-0's
+    # FP16_UnfusedOptimizer and torch's zero_grad set grads to None. So the loss phase stands
+    # beside the static terms less those grads and buckets; the layer phase has them all.
+    not_yet = 0.0
+    if s.stage < 3 and s.offload_optimizer == "none":
+        not_yet = grads + comm_current
+    extra = max(loss_phase - not_yet, layer_phase)
+    logits = (
+        int(max(0.0, loss_term - not_yet)) if loss_phase - not_yet >= layer_phase else loss_term
+    )
+    activations = int(kept + extra - logits)
+    # The backward's working set in full (the loss blocks are allocated before the grads).
+    churn = kept + max(loss_phase, layer_phase) + params_work + grads_work
     tokens = s.micro_batch * s.seq_len
     # HF's loss without Liger: the bf16 logits (2 B x T x V) are the largest single block of the
     # backward phase; nothing that size is asked for again until the next loss.
     logits_block = 0 if s.liger else BF16 * tokens * spec.vocab_size
-    reserve = _allocator_reserve(s, churn, step, p_t, largest_t, logits_block)
+    if not s.liger and s.packing:
+        # Packed rows make every step's loss the same shape, so each of its logits-sized
+        # blocks (bf16 logits, fp32 upcast, log-softmax, their grads; the loss term) asks for
+        # exactly the size it got the step before. One small block that lives across the
+        # step (the next forward's, placed by best fit into the big free segments) leaves the
+        # old segment a little too small, the allocator cudaMallocs a new one, and the loss
+        # blocks end up reserved twice (session-4 H200: 13.5 and 14.1 GiB reserved beyond
+        # allocated for 13.7 and 13.9 GiB of loss term). Padded batches vary in length and
+        # reuse them (plain rows: about the bf16 logits block).
+        logits_block = loss_term
+    reserve = _allocator_reserve(s, churn, step, p_t, largest_t, logits_block, spec.vocab_size)
     c = host_terms(spec, s, p_t, largest_t, stored)
     if c["nvme"]:
         notes.append(f"NVMe holds {c['nvme'] / GIB:.1f} GiB per node")
@@ -249,7 +275,13 @@ def _z3_working_set(
 
 
 def _allocator_reserve(
-    s: Setup, churn: float, step: float, p_t: int, largest_t: int, logits_block: float
+    s: Setup,
+    churn: float,
+    step: float,
+    p_t: int,
+    largest_t: int,
+    logits_block: float,
+    vocab: int,
 ) -> float:
     """Reserved-but-free memory at the peak (PyTorch's caching allocator, CUDACachingAllocator).
 
@@ -272,6 +304,10 @@ def _allocator_reserve(
     if s.offload_optimizer != "none":
         n = s.world_size
         return s.calibration.offload_reserve * (BF16 * p_t / n + FP32 * largest_t)
+    if s.stage < 3 and not s.liger:
+        # The bf16 logits block is free at the backward (loss) peak and the wrong size for
+        # the step's flat partitions, which keep segments of their own: both stay reserved.
+        return max(min(churn, step) + BF16 * s.micro_batch * s.seq_len * vocab, logits_block)
     return max(min(churn, step), logits_block)
 
 
