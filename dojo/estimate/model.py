@@ -165,7 +165,10 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     logits = (
         int(max(0.0, loss_term - not_yet)) if loss_phase - not_yet >= layer_phase else loss_term
     )
-    activations = int(kept + extra - logits)
+    # The table splits the peak's kept + extra into two columns: the logits share can never
+    # exceed the whole (a one-token row, whose layer phase is the peak).
+    logits = min(logits, int(kept + extra))
+    activations = int(kept + extra) - logits
     # The backward's working set in full (the loss blocks are allocated before the grads).
     churn = kept + max(loss_phase, layer_phase) + params_work + grads_work
     tokens = s.micro_batch * s.seq_len
