@@ -202,3 +202,11 @@ def test_explain_offload_with_torch_optimizer(cli) -> None:
     assert '"zero_force_ds_cpu_optimizer": false lets it run' in r.stderr
     assert "prefer --optimizer ds" in r.stderr
     assert "953.7 MiB either way" in r.stderr  # stage 3: one 2 B x 5e8 bucket
+
+
+def test_dash_output_is_stdout(cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = cli("config", "--stage", "2", "-o", "-")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["zero_optimization"]["stage"] == 2
+    assert not (tmp_path / "-").exists()

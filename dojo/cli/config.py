@@ -21,7 +21,8 @@ from dojo.errors import ConfigError
 def config_cmd(
     opts: dict[str, Any],
     output: Annotated[
-        str | None, typer.Option("--output", "-o", help="Write the JSON here instead of stdout.")
+        str | None,
+        typer.Option("--output", "-o", help="Write the JSON here instead of stdout (- = stdout)."),
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing --output file.")] = False,
     explain: Annotated[
@@ -47,6 +48,8 @@ def config_cmd(
     from dojo.run import inputs
 
     typed = inputs.given(opts)
+    if output == "-":  # the Unix convention: "-" is standard output, not a file named "-"
+        output = None
     if check is not None:
         if typed or output is not None:
             raise ConfigError(
