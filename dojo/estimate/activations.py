@@ -15,9 +15,22 @@ def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
     Peak = max(loss phase, layer phase); the split reports the logits term whole and the rest as
     activations, so the two always add up to the peak.
     """
-    kept, loss_extra, layer_extra, logits = activation_phases(spec, setup)
-    activations = kept + max(loss_extra - logits, layer_extra - logits)
-    return int(activations), int(logits)
+    return split_peak(*activation_phases(spec, setup))
+
+
+def split_peak(
+    kept: float, loss_phase: float, layer_phase: float, loss_term: float, not_yet: float = 0.0
+) -> tuple[int, int]:
+    """(activations, logits) columns of the backward peak, kept + max(loss phase - not_yet,
+    layer phase): ``not_yet`` = bytes of the static terms that do not exist yet at the loss (the
+    ZeRO 0-2 grads and buckets, see ``dojo.estimate.model.estimate``). The logits column is the
+    loss term when the loss phase is the peak (less what it overlaps of ``not_yet``), and never
+    more than the whole (a one-token row, whose layer phase is the peak)."""
+    extra = max(loss_phase - not_yet, layer_phase)
+    logits = max(0.0, loss_term - not_yet) if loss_phase - not_yet >= layer_phase else loss_term
+    whole = int(kept + extra)
+    logits_col = min(int(logits), whole)
+    return whole - logits_col, logits_col
 
 
 def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int]:

@@ -7,7 +7,7 @@ Example: ``estimate(resolve_model("7b"), Setup(stage=3, num_gpus=8)).gpu_total_g
 
 from dojo.errors import EstimateError
 from dojo.estimate.activations import activation_bytes as activation_bytes
-from dojo.estimate.activations import activation_phases
+from dojo.estimate.activations import activation_phases, split_peak
 from dojo.estimate.host import host_terms
 from dojo.estimate.result import GIB as GIB
 from dojo.estimate.result import MemoryEstimate as MemoryEstimate
@@ -161,20 +161,14 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     not_yet = 0.0
     if s.stage < 3 and s.offload_optimizer == "none":
         not_yet = grads + comm_current
-    extra = max(loss_phase - not_yet, layer_phase)
-    logits = (
-        int(max(0.0, loss_term - not_yet)) if loss_phase - not_yet >= layer_phase else loss_term
-    )
-    # The table splits the peak's kept + extra into two columns: the logits share can never
-    # exceed the whole (a one-token row, whose layer phase is the peak).
-    logits = min(logits, int(kept + extra))
-    activations = int(kept + extra) - logits
+    activations, logits = split_peak(kept, loss_phase, layer_phase, loss_term, not_yet)
     # The backward's working set in full (the loss blocks are allocated before the grads).
     churn = kept + max(loss_phase, layer_phase) + params_work + grads_work
     tokens = s.micro_batch * s.seq_len
     # HF's loss without Liger: the bf16 logits (2 B x T x V) are the largest single block of the
     # backward phase; nothing that size is asked for again until the next loss.
-    logits_block = 0 if s.liger else BF16 * tokens * spec.vocab_size
+    bf16_logits = 0 if s.liger else BF16 * tokens * spec.vocab_size
+    logits_block = bf16_logits
     if not s.liger and s.packing:
         # Packed rows make every step's loss the same shape, so each of its logits-sized
         # blocks (bf16 logits, fp32 upcast, log-softmax, their grads; the loss term) asks for
@@ -185,7 +179,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         # allocated for 13.7 and 13.9 GiB of loss term). Padded batches vary in length and
         # reuse them (plain rows: about the bf16 logits block).
         logits_block = loss_term
-    reserve = _allocator_reserve(s, churn, step, p_t, largest_t, logits_block, spec.vocab_size)
+    reserve = _allocator_reserve(s, churn, step, p_t, largest_t, logits_block, bf16_logits)
     c = host_terms(spec, s, p_t, largest_t, stored)
     if c["nvme"]:
         notes.append(f"NVMe holds {c['nvme'] / GIB:.1f} GiB per node")
@@ -266,10 +260,7 @@ def _z3_working_set(
     unit: float = spec.largest_layer_params
     if s.z3_leaf_layer:
         unit = max(spec.layer_params * ratio, spec.embedding_params)
-    prefetch = (
-        s.prefetch_bucket if s.prefetch_bucket is not None else int(0.9 * spec.hidden_size**2)
-    )
-    prefetched = max(0.0, min(prefetch, s.stage3_max_live_parameters - unit))
+    prefetched = max(0.0, min(s.prefetch_size(spec), s.stage3_max_live_parameters - unit))
     kept = s.method != "qlora"
     reuse = min(s.stage3_max_reuse_distance, storage_elems) if kept else 0
     small = spec.num_layers * spec.norms_per_layer * spec.hidden_size + spec.hidden_size
@@ -284,7 +275,7 @@ def _allocator_reserve(
     p_t: int,
     largest_t: int,
     logits_block: float,
-    vocab: int,
+    bf16_logits: float,
 ) -> float:
     """Reserved-but-free memory at the peak (PyTorch's caching allocator, CUDACachingAllocator).
 
@@ -310,7 +301,7 @@ def _allocator_reserve(
     if s.stage < 3 and not s.liger:
         # The bf16 logits block is free at the backward (loss) peak and the wrong size for
         # the step's flat partitions, which keep segments of their own: both stay reserved.
-        return max(min(churn, step) + BF16 * s.micro_batch * s.seq_len * vocab, logits_block)
+        return max(min(churn, step) + bf16_logits, logits_block)
     return max(min(churn, step), logits_block)
 
 

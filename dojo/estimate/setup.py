@@ -174,6 +174,14 @@ class Setup:
         # HF trainer_config_finalize: "auto" reduce_bucket_size = hidden_size * hidden_size.
         return self.bucket_size if self.bucket_size is not None else spec.hidden_size**2
 
+    def prefetch_size(self, spec: ModelSpec) -> int:
+        # HF trainer_config_finalize: "auto" stage3_prefetch_bucket_size = int(0.9 * h * h).
+        return (
+            self.prefetch_bucket
+            if self.prefetch_bucket is not None
+            else int(0.9 * spec.hidden_size**2)
+        )
+
 
 def _range_checks(s: Setup) -> list[tuple[bool, str, str]]:
     return [
