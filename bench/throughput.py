@@ -134,6 +134,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     ),
     "dojo-log100": (["--logging-steps", "100"], {}),
     "dojo-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
+    "baseline-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
 }
 
 
@@ -190,8 +191,9 @@ def run_dojo(
 
 
 def run_baseline(
-    model: Path, data: Path, out: Path, case: dict[str, Any], steps: int
-) -> dict[str, Any]:
+    model: Path, data: Path, out: Path, case: dict[str, Any], steps: int,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     cmd = [
         sys.executable, "-m", "deepspeed.launcher.runner", "--include", "localhost:0",
         "--master_port", "29611", str(REPO / "bench" / "baseline_trainer.py"), "--model", str(model),
@@ -200,7 +202,10 @@ def run_baseline(
         "--zero", str(case["zero"]), "--method", case["method"],
         *(["--grad-ckpt"] if case["ckpt"] else []),
     ]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    e = {**os.environ, **(env or {})}
+    if env:  # the same bench-only hooks (profiler) as run_dojo
+        e["PYTHONPATH"] = f"{REPO / 'bench' / 'hook'}:{e.get('PYTHONPATH', '')}"
+    p = subprocess.run(cmd, capture_output=True, text=True, env=e)
     (out.parent / f"{out.name}.log").write_text(p.stdout + p.stderr)
     f = out / "baseline_summary.json"
     s = json.loads(f.read_text()) if f.exists() else {}
@@ -250,11 +255,12 @@ def run_plan(a: argparse.Namespace, work: Path) -> None:
         flags, env = VARIANTS.get(system, ([], {}))
         h = spec.hidden_size
         flags = [f.format(h2=h * h, pf=int(0.9 * h * h)) for f in flags]
-        if system == "baseline":
-            r = run_baseline(model, data[case["data"]], out, case, steps)
+        if "DOJO_BENCH_PROFILE" in env:
+            prof = Path(a.out).parent / f"profile-{name}-{system}.txt"
+            env = {**env, "DOJO_BENCH_PROFILE": str(prof)}
+        if system.startswith("baseline"):
+            r = run_baseline(model, data[case["data"]], out, case, steps, env)
         else:
-            if "DOJO_BENCH_PROFILE" in env:
-                env = {"DOJO_BENCH_PROFILE": str(Path(a.out).parent / f"profile-{name}.txt")}
             r = run_dojo(model, data[case["data"]], out, case, steps, flags, env)
         row = {"case": name, **case, "item": n, **measured(r, spec, case, system, " ".join(flags))}
         row["env"] = env
