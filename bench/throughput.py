@@ -109,6 +109,12 @@ _Z3_BIG = {
     "stage3_prefetch_bucket_size": 500_000_000,
     "reduce_bucket_size": 500_000_000,
 }
+# transformers 5.17 (the GPU machine) reads gradient_checkpointing_kwargs, later ones
+# activation_checkpointing_kwargs.
+_REENTRANT = {
+    "gradient_checkpointing_kwargs": {"use_reentrant": True},
+    "activation_checkpointing_kwargs": {"use_reentrant": True},
+}
 VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "dojo": ([], {}),
     "dojo-liger-off": (["--liger", "off"], {}),
@@ -133,6 +139,21 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
         {},
     ),
     "dojo-log100": (["--logging-steps", "100"], {}),
+    # Session 5: reentrant checkpointing (the plain script's, transformers' default) and
+    # overlap_comm off / on against dojo's defaults.
+    "dojo-reentrant": (
+        [],
+        {"DOJO_BENCH_ARGS": json.dumps(_REENTRANT)},
+    ),
+    "dojo-overlap-off": (["--no-overlap-comm"], {}),
+    "dojo-overlap-on": (["--overlap-comm"], {}),
+    "dojo-flce-reentrant": (
+        [],
+        {
+            "DOJO_BENCH_LIGER": json.dumps(_FLCE_ONLY),
+            "DOJO_BENCH_ARGS": json.dumps(_REENTRANT),
+        },
+    ),
     "dojo-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
     "baseline-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
 }

@@ -143,11 +143,20 @@ def test_buckets_follow_the_model() -> None:
 
     spec = resolve_model("7b")
     assert run_of(CUDA, spec).bucket_size == 500_000_000  # full ZeRO-2: 5e8
-    assert run_of(CUDA, spec, method="lora").bucket_size == spec.hidden_size**2  # HF auto
+    lora = run_of(CUDA, spec, method="lora")  # ZeRO-2 adapters: one bucket, no overlap
+    assert lora.bucket_size == spec.lora_params(16) and not lora.overlap_comm
+    assert run_of(CUDA, spec, method="lora", lora_targets="q_proj,v_proj").bucket_size == (
+        spec.lora_params(16, ("q_proj", "v_proj"))
+    )
+    assert run_of(CUDA, spec).overlap_comm  # full fine-tuning: several buckets, overlapped
+    assert run_of(CUDA, spec, method="lora", modules_to_save="lm_head").bucket_size == (
+        spec.hidden_size**2  # a module trained in full: HF's auto bucket, overlap kept
+    )
     z3 = run_of(CUDA, spec, zero=3)
     assert z3.bucket_size == z3.prefetch_bucket_size == 500_000_000
     assert z3.z3_leaf == ("LlamaDecoderLayer",)
     assert run_of(CUDA, spec, zero=3, method="lora").bucket_size == spec.hidden_size**2
+    assert run_of(CUDA, spec, zero=3, method="lora").overlap_comm  # ZeRO-3: as before
     assert run_of(CUDA, spec, zero=2).prefetch_bucket_size is None  # ZeRO-3 only
     assert run_of(CUDA, spec, zero=2).z3_leaf == ()
     assert run_of(CUDA).bucket_size == 500_000_000  # no model known: 5e8 uncapped

@@ -6,6 +6,8 @@ PYTHONPATH and set
   prefetch / live-parameter / persistence settings there), to try variants without editing dojo;
 - DOJO_BENCH_LIGER='{"rms_norm": false, "swiglu": false, "rope": false}': TrainingArguments'
   liger_kernel_config (which of Liger's kernels apply when --liger is on);
+- DOJO_BENCH_ARGS='{"gradient_checkpointing_kwargs": {"use_reentrant": true}}': set on
+  TrainingArguments after its own checks (the Trainer reads them at train());
 - DOJO_BENCH_PROFILE=FILE: torch.profiler over optimizer steps 4-6; the top CUDA ops go to FILE
   (and FILE.cpu for the host side), plus each profiled step's wall time.
 
@@ -22,15 +24,20 @@ import sys
 _DS = os.environ.get("DOJO_BENCH_DS")
 _PROFILE = os.environ.get("DOJO_BENCH_PROFILE")
 _LIGER = os.environ.get("DOJO_BENCH_LIGER")
+_ARGS = os.environ.get("DOJO_BENCH_ARGS")
 
 
 def _patch_training_args(mod):  # type: ignore[no-untyped-def]
     orig = mod.TrainingArguments.__post_init__
     kernels = json.loads(_LIGER or "{}")
+    fields = json.loads(_ARGS or "{}")
 
     def post_init(self):  # type: ignore[no-untyped-def]
         orig(self)
-        if self.use_liger_kernel:
+        for k, val in fields.items():
+            setattr(self, k, val)
+            print(f"[bench hook] TrainingArguments.{k} = {val}", flush=True)
+        if self.use_liger_kernel and _LIGER:
             self.liger_kernel_config = kernels
             print(f"[bench hook] liger_kernel_config = {kernels}", flush=True)
 
@@ -118,7 +125,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         hooks["deepspeed"] = _patch_deepspeed
     if _PROFILE:
         hooks["transformers.trainer"] = _patch_trainer
-    if _LIGER:
+    if _LIGER or _ARGS:
         hooks["transformers.training_args"] = _patch_training_args
 
     def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
@@ -138,5 +145,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if _DS or _PROFILE or _LIGER:
+if _DS or _PROFILE or _LIGER or _ARGS:
     sys.meta_path.insert(0, _Finder())

@@ -87,6 +87,7 @@ def resolve(
             "full fine-tuning at ZeRO 0-2, no offload or checkpointing, where it was measured to help"
             if compile_ else "on only with CUDA + Triton for full fine-tuning at ZeRO 0-2 without offload or checkpointing"))  # fmt: skip
     bucket, prefetch, leaf = _zero_sizes(v, spec, said)
+    overlap = _overlap_comm(v, spec, bucket, given or set(), said)
     optim = v["optim"]
     if v["optimizer"] == "ds":
         optim = "deepspeed_adamw"
@@ -100,7 +101,7 @@ def resolve(
     return ResolvedRun(
         method=method, model=v["model"], revision=v["revision"], init=v["init"],
         zero=zero, offload_optimizer=off if zero else "none", offload_param=offload_param,
-        nvme_path=v["nvme_path"], overlap_comm=v["overlap_comm"], bucket_size=bucket,
+        nvme_path=v["nvme_path"], overlap_comm=overlap, bucket_size=bucket,
         prefetch_bucket_size=prefetch, z3_leaf=leaf,
         optimizer_from=v["optimizer"], scheduler_from=v["scheduler"], optim=optim,
         precision=precision, attn=attn, liger=liger, compile=compile_, packing=v["packing"],
@@ -133,6 +134,11 @@ def _zero_sizes(
     if bucket == "auto":
         full = method == "full" and zero in (1, 2, 3)
         bucket = big if full else (hidden * hidden if hidden else None)  # else HF's "auto"
+        trainable = _adapter_params(v, spec)
+        if trainable and zero in (1, 2):
+            # Every adapter grad in one bucket: one reduce per step instead of one per h^2
+            # elements, each of which (with overlap_comm) synchronises the whole device.
+            bucket = min(DS_BUCKET, trainable)
     prefetch = None
     leaf: tuple[str, ...] = ()
     if zero != 3:
@@ -152,6 +158,31 @@ def _zero_sizes(
             said.append(f"z3 leaf: each {leaf[0]} is gathered whole, one fetch and one set of "
                         "DeepSpeed hooks per layer instead of per linear")  # fmt: skip
     return bucket, prefetch, leaf
+
+
+def _adapter_params(v: dict[str, Any], spec: Any) -> int | None:
+    """LoRA/QLoRA trainable params when the model is known and nothing is trained in full."""
+    if v["method"] == "full" or spec is None or v.get("modules_to_save") or v.get("dora"):
+        return None
+    names = None if v["lora_targets"] == "all-linear" else tuple(
+        t.strip() for t in v["lora_targets"].split(",") if t.strip())  # fmt: skip
+    return int(spec.lora_params(v["lora_r"], names)) or None
+
+
+def _overlap_comm(
+    v: dict[str, Any], spec: Any, bucket: int | None, given: set[str], said: list[str]
+) -> bool:
+    """overlap_comm as asked; unasked, off at ZeRO-1/2 when one bucket holds every trainable
+    grad (adapters): the reduce then runs once, after backward, with nothing to overlap, and
+    DeepSpeed's overlap path still synchronises the device before it (stage_1_and_2.py)."""
+    if "overlap_comm" in given or v["zero"] not in (1, 2):
+        return bool(v["overlap_comm"])
+    trainable = _adapter_params(v, spec)
+    if trainable and bucket is not None and bucket >= trainable:
+        said.append(f"overlap_comm off: the {trainable:,} adapter params reduce in one bucket "
+                    "after backward, nothing to overlap")  # fmt: skip
+        return False
+    return bool(v["overlap_comm"])
 
 
 def _switch(choice: str, auto: bool) -> bool:

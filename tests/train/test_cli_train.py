@@ -265,7 +265,7 @@ CAP = -1
         (["--method", "full", "--zero", "2", "--grad-ckpt"], CAP, False),
         (["--method", "full", "--zero", "2", "--offload", "cpu"], CAP, False),
         (["--method", "full", "--zero", "3"], CAP, False),  # full ZeRO-3 too
-        (["--method", "lora", "--zero", "2"], 64 * 64, False),  # small adapters: HF auto
+        (["--method", "lora", "--zero", "2"], "LORA", False),  # adapters: one bucket
         (["--method", "full", "--zero", "2", "--compile", "off"], CAP, False),
         (["--method", "lora", "--zero", "3", "--compile", "on"], 64 * 64, True),
     ],
@@ -290,6 +290,11 @@ def test_default_buckets_and_compile(
 
         bucket = min(500_000_000, resolve_model(str(model_dir / "config.json")).params)
         assert bucket < 500_000_000
+    if bucket == "LORA":  # every adapter grad in one bucket, reduced once: no overlap_comm
+        from dojo.modelspec import resolve_model
+
+        bucket = resolve_model(str(model_dir / "config.json")).lora_params(16)
+        assert ds["zero_optimization"]["overlap_comm"] is False
     assert ds["zero_optimization"]["reduce_bucket_size"] == bucket
     assert run["compile"] is compile_
 

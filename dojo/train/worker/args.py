@@ -66,7 +66,9 @@ def build_training_args(job: Any) -> TrainingArguments:
         use_liger_kernel=bool(run.liger),
         torch_compile=compile_,
         remove_unused_columns=False,
-        dataloader_num_workers=0,
+        # Two loader processes on a GPU (the plain script's setting): collating off the main
+        # process, which drives the kernels. CPU runs keep it in-process (no fork, 2-core CI).
+        dataloader_num_workers=2 if run.device == "cuda" else 0,
         dataloader_pin_memory=run.device == "cuda",
     )
 
