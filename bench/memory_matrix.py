@@ -43,6 +43,9 @@ SHAPES = {
     "q06": "qwen3-0.6b",
     "l3b": "llama-3.2-3b",
     "m7b": "mistral-7b-v0.3",
+    # session 5 (bench/matrix_rows_s5.py)
+    "q3b": "qwen2.5-3b",
+    "tl1b": "tinyllama-1.1b",
 }
 EXTRA_ARCHS = {
     # Qwen/Qwen3-1.7B config.json (not in dojo's table): GQA 16/8, head_dim 128, tied, 152k vocab.
