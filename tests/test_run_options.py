@@ -148,10 +148,12 @@ def test_buckets_follow_the_model() -> None:
     assert run_of(CUDA, spec, method="lora", lora_targets="q_proj,v_proj").bucket_size == (
         spec.lora_params(16, ("q_proj", "v_proj"))
     )
-    assert run_of(CUDA, spec).overlap_comm  # full fine-tuning: several buckets, overlapped
-    assert run_of(CUDA, spec, method="lora", modules_to_save="lm_head").bucket_size == (
-        spec.hidden_size**2  # a module trained in full: HF's auto bucket, overlap kept
-    )
+    assert run_of(CUDA, spec, gpus_per_node=2).overlap_comm  # full, 2 GPUs: overlapped
+    assert not run_of(CUDA, spec).overlap_comm  # one GPU: nothing to communicate
+    assert run_of(CUDA, spec, overlap_comm=True).overlap_comm  # asked for: kept
+    assert run_of(CUDA, spec, gpus_per_node=2, method="lora").overlap_comm is False
+    full_head = run_of(CUDA, spec, gpus_per_node=2, method="lora", modules_to_save="lm_head")
+    assert full_head.bucket_size == spec.hidden_size**2 and full_head.overlap_comm  # HF auto
     z3 = run_of(CUDA, spec, zero=3)
     assert z3.bucket_size == z3.prefetch_bucket_size == 500_000_000
     assert z3.z3_leaf == ("LlamaDecoderLayer",)

@@ -60,7 +60,7 @@ def config_cmd(
     values = inputs.merge("config", {}, opts)  # every flag parsed before anything is read
     from dojo.run import machine, render, resolve
 
-    run = resolve.resolve(values, machine=machine.for_plan(), given=typed)
+    run = resolve.resolve(values, machine=machine.for_plan(), given=typed, world_known=False)
     from dojo.cli.options import ARGV
 
     out_flag = "-o" if "-o" in ARGV else "--output"
@@ -73,7 +73,9 @@ def config_cmd(
         from dojo.modelspec import resolve_model
 
         spec = resolve_model(values["model"], revision=values["revision"])
-        run = resolve.resolve(values, machine=machine.for_plan(), spec=spec, given=typed)
+        run = resolve.resolve(
+            values, machine=machine.for_plan(), spec=spec, given=typed, world_known=False
+        )
     if run.nvme_path and "nvme" not in (run.offload_optimizer, run.offload_param):
         _output.warn(f"--nvme-path {run.nvme_path} is unused: nothing is offloaded to nvme")
     precision = values["precision"] if "precision" in typed else "auto"

@@ -63,9 +63,11 @@ def resolve(
     gpus: tuple[int, ...] = (),
     gpus_per_node: int = 1,
     given: set[str] | None = None,
+    world_known: bool = True,
 ) -> ResolvedRun:
     """``values``: every option, typed (``dojo.run.inputs.merge``); ``spec``: the ModelSpec when
-    known (buckets are then numbers, not "auto"); ``gpus``: ids or CPU slots chosen."""
+    known (buckets are then numbers, not "auto"); ``gpus``: ids or CPU slots chosen;
+    ``world_known``: False when nobody said how many GPUs (``dojo config``)."""
     v = {name: values.get(name, opt.default) for name, opt in OPTIONS.items()}
     check(v, machine, given or set())
     said: list[str] = []
@@ -87,7 +89,8 @@ def resolve(
             "full fine-tuning at ZeRO 0-2, no offload or checkpointing, where it was measured to help"
             if compile_ else "on only with CUDA + Triton for full fine-tuning at ZeRO 0-2 without offload or checkpointing"))  # fmt: skip
     bucket, prefetch, leaf = _zero_sizes(v, spec, said)
-    overlap = _overlap_comm(v, spec, bucket, given or set(), said)
+    world = max(1, gpus_per_node) * v["num_nodes"] if world_known else None
+    overlap = _overlap_comm(v, spec, bucket, world, given or set(), said)
     optim = v["optim"]
     if v["optimizer"] == "ds":
         optim = "deepspeed_adamw"
@@ -170,13 +173,19 @@ def _adapter_params(v: dict[str, Any], spec: Any) -> int | None:
 
 
 def _overlap_comm(
-    v: dict[str, Any], spec: Any, bucket: int | None, given: set[str], said: list[str]
-) -> bool:
-    """overlap_comm as asked; unasked, off at ZeRO-1/2 when one bucket holds every trainable
-    grad (adapters): the reduce then runs once, after backward, with nothing to overlap, and
-    DeepSpeed's overlap path still synchronises the device before it (stage_1_and_2.py)."""
+    v: dict[str, Any], spec: Any, bucket: int | None, world: int | None, given: set[str],
+    said: list[str],
+) -> bool:  # fmt: skip
+    """overlap_comm as asked; unasked, off at ZeRO-1/2 where there is nothing to overlap: on
+    one GPU (no communication at all), and when one bucket holds every trainable grad
+    (adapters: the reduce runs once, after backward). DeepSpeed's overlap path still
+    synchronises the whole device before each bucket's reduce (stage_1_and_2.py); on the H200
+    turning it off made 1B full ZeRO-2 11% faster (docs/benchmarks.md, session 5)."""
     if "overlap_comm" in given or v["zero"] not in (1, 2):
         return bool(v["overlap_comm"])
+    if world == 1:
+        said.append("overlap_comm off: one GPU, no gradient communication to overlap")
+        return False
     trainable = _adapter_params(v, spec)
     if trainable and bucket is not None and bucket >= trainable:
         said.append(f"overlap_comm off: the {trainable:,} adapter params reduce in one bucket "

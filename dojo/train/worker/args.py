@@ -48,8 +48,12 @@ def build_training_args(job: Any) -> TrainingArguments:
         bf16=prec == "bf16",
         fp16=prec == "fp16",
         gradient_checkpointing=run.grad_ckpt,
-        # Non-reentrant checkpointing works with frozen (LoRA) base weights and ZeRO-3.
-        gradient_checkpointing_kwargs={"use_reentrant": False} if run.grad_ckpt else None,
+        # Reentrant checkpointing (transformers' own default when unset): non-reentrant's
+        # saved-tensor hooks cost host time on every saved tensor, and small-model steps are
+        # host-bound (H200, 1B QLoRA ZeRO-2: +19% tokens/s, docs/benchmarks.md session 5). Its
+        # one need, an input that requires grad, apply_lora / prepare_model_for_kbit_training
+        # meet with enable_input_require_grads.
+        gradient_checkpointing_kwargs={"use_reentrant": True} if run.grad_ckpt else None,
         logging_steps=run.logging_steps if run.logging_steps is not None else LOGGING_RATIO,
         save_strategy="steps" if save else "no",
         save_steps=run.save_steps if save else 500,

@@ -169,7 +169,7 @@ def load_model(run: ResolvedRun, weights: str) -> Any:
         model = prepare_model_for_kbit_training(  # type: ignore[no-untyped-call]
             model,
             use_gradient_checkpointing=run.grad_ckpt,
-            gradient_checkpointing_kwargs={"use_reentrant": False},
+            gradient_checkpointing_kwargs={"use_reentrant": True},  # as the Trainer's (args.py)
         )
     return model
 
