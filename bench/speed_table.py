@@ -1,6 +1,7 @@
 """Markdown table of one or more `bench/throughput.py --plan` result files (issue 13).
 
     python bench/speed_table.py bench/results/tp_s4_a.json bench/results/tp_s4_b.json
+    python bench/speed_table.py --median bench/results/tp_s6.json   # repeated runs (--repeats)
 
 Each file is one GPU call. A ratio is only ever taken against the plain script's run of the same
 case in the same call (its median when it ran more than once); a case whose plain run is in
@@ -45,5 +46,34 @@ def table(files: list[str]) -> str:
     return "\n".join(out)
 
 
+def medians(files: list[str]) -> str:
+    """One line per call, case and system: the median of its runs and the ratio of the medians
+    (plain script's median of the same case in the same call); runs that failed are counted."""
+    out = ["| call | case | system | runs | median tokens/s | min-max | vs plain (medians) |",
+           "|---" * 7 + "|"]  # fmt: skip
+    for f in files:
+        call = Path(f).stem
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in json.loads(Path(f).read_text()):
+            groups.setdefault((r["case"], r["system"]), []).append(r)
+        for (case, system), runs in groups.items():
+            ok = [r["real_tokens_per_s"] for r in runs if r["rc"] == 0]
+            failed = len(runs) - len(ok)
+            n = f"{len(ok)}" + (f" (+{failed} failed)" if failed else "")
+            if not ok:
+                out.append(f"| {call} | {case} | {system} | {n} | - | - | - |")
+                continue
+            med = statistics.median(ok)
+            base = [r["real_tokens_per_s"] for r in groups.get((case, "baseline"), [])
+                    if r["rc"] == 0]  # fmt: skip
+            ratio = (
+                f"{med / statistics.median(base):.2f}x" if base and system != "baseline" else "-"
+            )
+            out.append(f"| {call} | {case} | {system} | {n} | {med:,.0f} | "
+                       f"{min(ok):,}-{max(ok):,} | {ratio} |")  # fmt: skip
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
-    print(table(sys.argv[1:]))
+    args = sys.argv[1:]
+    print(medians(args[1:]) if args[:1] == ["--median"] else table(args))

@@ -115,6 +115,7 @@ _REENTRANT = {
     "gradient_checkpointing_kwargs": {"use_reentrant": True},
     "activation_checkpointing_kwargs": {"use_reentrant": True},
 }
+_NONREENTRANT = {k: {"use_reentrant": False} for k in _REENTRANT}
 VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "dojo": ([], {}),
     "dojo-liger-off": (["--liger", "off"], {}),
@@ -145,7 +146,11 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
         [],
         {"DOJO_BENCH_ARGS": json.dumps(_REENTRANT)},
     ),
+    "dojo-nonreentrant": ([], {"DOJO_BENCH_ARGS": json.dumps(_NONREENTRANT)}),  # the old default
     "dojo-overlap-off": (["--no-overlap-comm"], {}),
+    # PyTorch's expandable segments: the caching allocator maps freed pages for the next large
+    # request instead of keeping a segment per size (the estimator's reserve term is then 0).
+    "dojo-expandable": ([], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
     "dojo-overlap-on": (["--overlap-comm"], {}),
     "dojo-flce-reentrant": (
         [],
@@ -264,7 +269,9 @@ def run_plan(a: argparse.Namespace, work: Path) -> None:
     results: list[dict[str, Any]] = []
     models: dict[str, Path] = {}
     data = make_datasets(work, 2048)
-    for n, item in enumerate(a.plan):
+    # --repeats R runs the whole plan R times, so every system alternates with the others
+    # (bench/speed_table.py --median gives each one's median and the ratio of medians).
+    for n, item in enumerate(a.plan * a.repeats):
         name, system = item.split(":")
         case = CASES[name]
         if case["shape"] not in models:
@@ -283,7 +290,8 @@ def run_plan(a: argparse.Namespace, work: Path) -> None:
             r = run_baseline(model, data[case["data"]], out, case, steps, env)
         else:
             r = run_dojo(model, data[case["data"]], out, case, steps, flags, env)
-        row = {"case": name, **case, "item": n, **measured(r, spec, case, system, " ".join(flags))}
+        row = {"case": name, **case, "item": n, "rep": n // len(a.plan),
+               **measured(r, spec, case, system, " ".join(flags))}  # fmt: skip
         row["env"] = env
         results.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "tail"}), flush=True)

@@ -176,7 +176,9 @@ def test_training_args_spell_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert args.logging_steps == 0.01  # auto without --max-steps: 1% of the steps
     assert args.dataloader_num_workers == 0  # CPU: collated in-process
     ckpt = build_training_args(SimpleNamespace(**{**vars(job), "run": run_of(grad_ckpt=True)}))
-    kw = getattr(ckpt, "activation_checkpointing_kwargs", None) or ckpt.gradient_checkpointing_kwargs
+    kw = (
+        getattr(ckpt, "activation_checkpointing_kwargs", None) or ckpt.gradient_checkpointing_kwargs
+    )
     assert kw == {"use_reentrant": True}  # the faster path (host-bound steps, session 5)
     (stop,) = eval_callbacks(run)
     assert stop.early_stopping_patience == 2
