@@ -251,7 +251,9 @@ _OPTIONS = [
         "bool",
         True,
         "Overlap gradient reduction with backward",
-        "HF's example configs enable it; costs one extra reduce bucket at ZeRO-1/2, nothing at ZeRO-3",
+        "HF's example configs enable it; costs one extra reduce bucket at ZeRO-1/2, nothing at "
+        "ZeRO-3. Unless given, train/estimate turn it off at ZeRO-1/2 on one GPU and for adapters "
+        "(one bucket): nothing to overlap",
         panel=ZERO,
     ),
     Option(
