@@ -3,7 +3,8 @@
 # see docs/benchmarks.md). Each plan writes its results under $OUT.
 #
 #   bash bench/gpu.sh memory [ROW ...]      held-out memory matrix (bench/matrix_rows.py), all rows or some
-#   bash bench/gpu.sh speed PLAN...         dojo vs the plain script, e.g. T1:baseline T1:dojo (bench/throughput.py)
+#   bash bench/gpu.sh speed PLAN...         dojo vs the plain script, e.g. T1:baseline T1:dojo (bench/throughput.py);
+#                                           REPEATS=R STEPS=N LIMIT_S=S in the environment
 #   bash bench/gpu.sh tests                 the GPU tests (pytest -m gpu)
 #
 # Earlier sessions ran the same plans from per-call scripts (gpu_call1/2.sh, gpu_s2_*.sh,
@@ -19,7 +20,9 @@ case "$plan" in
     # MEM_ARGS: e.g. "--rows s4 --parallel 6" (bench/memory_parallel.py options)
     timeout "${LIMIT_S:-520}" python3 bench/memory_parallel.py --out "$OUT/mem.json" ${MEM_ARGS:-} "${only[@]}" ;;
   speed)
-    timeout "${LIMIT_S:-520}" python3 bench/throughput.py --out "$OUT/tp.json" --steps "${STEPS:-12}" --plan "$@" ;;
+    # REPEATS=R runs the whole plan R times, alternating (bench/speed_table.py --median)
+    timeout "${LIMIT_S:-520}" python3 bench/throughput.py --out "$OUT/tp.json" --steps "${STEPS:-12}" \
+      --repeats "${REPEATS:-1}" --plan "$@" ;;
   tests)
     timeout "${LIMIT_S:-520}" python3 -m pytest -q -rA --runslow -m gpu tests/ ;;
   *)
