@@ -184,7 +184,7 @@ def _overlap_comm(
     if "overlap_comm" in given or v["zero"] not in (1, 2):
         return bool(v["overlap_comm"])
     if world == 1:
-        said.append("overlap_comm off: one GPU, no gradient communication to overlap")
+        said.append("overlap_comm off: one process, no gradient communication to overlap")
         return False
     trainable = _adapter_params(v, spec)
     if trainable and bucket is not None and bucket >= trainable:
