@@ -25,10 +25,12 @@ from matrix_rows import Row as _Row
 @dataclass(frozen=True)
 class Row(_Row):
     optim: str = "auto"  # dojo only: --optim (auto = adamw_torch_fused)
+    expandable: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (session 5 on)
 
     def label(self) -> str:
         base = super().label()
-        return base if self.optim == "auto" else f"{base}_{self.optim}"
+        base = base if self.optim == "auto" else f"{base}_{self.optim}"
+        return f"{base}_expseg" if self.expandable else base
 
 
 D, P, H = "dojo", "plain", "held"

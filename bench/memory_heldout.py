@@ -70,6 +70,7 @@ def setup_for(m: dict[str, Any]) -> Setup:
         prefetch_bucket=prefetch if stage == 3 else None,
         optim=optim if optim in OPTIMS else "adamw",  # auto = adamw_torch_fused: fp32 m, v
         adapter_dtype="auto",  # PEFT's fp32 adapters, as far as DeepSpeed casts them
+        expandable_segments=bool(p.get("expandable")),  # rows of session 5 on (matrix_rows_s4.Row)
         gpu_memory_gib=H200_GIB,
         cpu_memory_gib=HOST_GIB,
     )

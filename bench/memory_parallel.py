@@ -120,6 +120,12 @@ def default_zero(row: Row, params: int) -> dict[str, Any]:
     return zo
 
 
+def alloc_env(row: Row) -> dict[str, str]:
+    """A row with expandable=True runs under PyTorch's expandable segments (either system)."""
+    on = getattr(row, "expandable", False)
+    return {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if on else {}
+
+
 def setup_for(row: Row, spec: Any, zo: dict[str, Any] | None, gpu: float, host: float) -> Setup:
     """The estimate's Setup (memory_heldout.setup_for); zo = the zero_optimization really used
     (None: before the run, dojo's / the plain JSON's defaults)."""
@@ -299,7 +305,7 @@ def main() -> None:
             log = (work / f"{row.label()}.log").open("w")
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                env={**os.environ, "DOJO_DEBUG": "1"},
+                env={**os.environ, "DOJO_DEBUG": "1", **alloc_env(row)},
             )  # fmt: skip
             with sampler.lock:
                 for other in running.values():

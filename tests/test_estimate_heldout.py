@@ -25,6 +25,8 @@ def test_plain_rows_have_no_liger_or_packing_and_no_deepspeed_below_zero() -> No
     assert s.fp32_adapters and s.fp32_rest  # PEFT's defaults, nothing casts them
     d = heldout.setup_for({**_row(stage=3), "zero_optimization": {"reduce_bucket_size": 5e8}})
     assert d.liger and d.packing and d.deepspeed and d.bucket_size == 500_000_000 and d.overlap
+    assert not d.expandable_segments
+    assert heldout.setup_for(_row(expandable=True)).expandable_segments  # the row's allocator
 
 
 def test_verdict_right_needs_does_not_fit_for_oom(
