@@ -10,7 +10,7 @@ from dojo.errors import ConfigError
 from dojo.run import resolve_loop
 from dojo.run.catalog import BNB_OPTIMS, OPTIONS
 from dojo.run.machine import Machine
-from dojo.run.resolved import ResolvedRun
+from dojo.run.resolved import ResolvedRun, target_names
 from dojo.zero.build import DS_BUCKET_DEFAULT as DS_BUCKET
 from dojo.zero.build import Z3_MAX_LEAF
 from dojo.zero.rules import offload_problems
@@ -88,9 +88,10 @@ def resolve(
         said.append(f"compile {'on' if compile_ else 'off'}: " + (
             "full fine-tuning at ZeRO 0-2, no offload or checkpointing, where it was measured to help"
             if compile_ else "on only with CUDA + Triton for full fine-tuning at ZeRO 0-2 without offload or checkpointing"))  # fmt: skip
-    bucket, prefetch, leaf = _zero_sizes(v, spec, said)
+    adapter = _adapter_params(v, spec)
+    bucket, prefetch, leaf = _zero_sizes(v, spec, adapter, said)
     world = max(1, gpus_per_node) * v["num_nodes"] if world_known else None
-    overlap = _overlap_comm(v, spec, bucket, world, given or set(), said)
+    overlap = _overlap_comm(v, adapter, bucket, world, given or set(), said)
     optim = v["optim"]
     if v["optimizer"] == "ds":
         optim = "deepspeed_adamw"
@@ -124,10 +125,11 @@ def resolve(
 
 
 def _zero_sizes(
-    v: dict[str, Any], spec: Any, said: list[str]
+    v: dict[str, Any], spec: Any, adapter: int | None, said: list[str]
 ) -> tuple[int | None, int | None, tuple[str, ...]]:
     """reduce bucket, ZeRO-3 prefetch bucket and ZeRO-3 leaf classes; None/() = HF's "auto" and
-    DeepSpeed's per-module hooks, used when the model is unknown (``dojo config`` alone)."""
+    DeepSpeed's per-module hooks, used when the model is unknown (``dojo config`` alone).
+    ``adapter``: the LoRA/QLoRA trainable params (``_adapter_params``)."""
     method, zero = v["method"], v["zero"]
     params = getattr(spec, "params", None)
     hidden = getattr(spec, "hidden_size", None)
@@ -137,11 +139,10 @@ def _zero_sizes(
     if bucket == "auto":
         full = method == "full" and zero in (1, 2, 3)
         bucket = big if full else (hidden * hidden if hidden else None)  # else HF's "auto"
-        trainable = _adapter_params(v, spec)
-        if trainable and zero in (1, 2):
+        if adapter and zero in (1, 2):
             # Every adapter grad in one bucket: one reduce per step instead of one per h^2
             # elements, each of which (with overlap_comm) synchronises the whole device.
-            bucket = min(DS_BUCKET, trainable)
+            bucket = min(DS_BUCKET, adapter)
     prefetch = None
     leaf: tuple[str, ...] = ()
     if zero != 3:
@@ -167,14 +168,12 @@ def _adapter_params(v: dict[str, Any], spec: Any) -> int | None:
     """LoRA/QLoRA trainable params when the model is known and nothing is trained in full."""
     if v["method"] == "full" or spec is None or v.get("modules_to_save") or v.get("dora"):
         return None
-    names = None if v["lora_targets"] == "all-linear" else tuple(
-        t.strip() for t in v["lora_targets"].split(",") if t.strip())  # fmt: skip
-    return int(spec.lora_params(v["lora_r"], names)) or None
+    return int(spec.lora_params(v["lora_r"], target_names(v["lora_targets"]))) or None
 
 
 def _overlap_comm(
-    v: dict[str, Any], spec: Any, bucket: int | None, world: int | None, given: set[str],
-    said: list[str],
+    v: dict[str, Any], adapter: int | None, bucket: int | None, world: int | None,
+    given: set[str], said: list[str],
 ) -> bool:  # fmt: skip
     """overlap_comm as asked; unasked, off at ZeRO-1/2 where there is nothing to overlap: on
     one GPU (no communication at all), and when one bucket holds every trainable grad
@@ -186,9 +185,8 @@ def _overlap_comm(
     if world == 1:
         said.append("overlap_comm off: one process, no gradient communication to overlap")
         return False
-    trainable = _adapter_params(v, spec)
-    if trainable and bucket is not None and bucket >= trainable:
-        said.append(f"overlap_comm off: the {trainable:,} adapter params reduce in one bucket "
+    if adapter and bucket is not None and bucket >= adapter:
+        said.append(f"overlap_comm off: the {adapter:,} adapter params reduce in one bucket "
                     "after backward, nothing to overlap")  # fmt: skip
         return False
     return bool(v["overlap_comm"])

@@ -149,9 +149,7 @@ class ResolvedRun:
     @property
     def lora_target_names(self) -> tuple[str, ...] | None:
         """--lora-targets as module names; None = all-linear (every linear layer but the head)."""
-        if self.lora_targets == "all-linear":
-            return None
-        return tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
+        return target_names(self.lora_targets)
 
     @property
     def hf_optim(self) -> str:
@@ -174,3 +172,11 @@ class ResolvedRun:
         for name in _TUPLES:
             values[name] = tuple(values.get(name, ()))
         return cls(**values)
+
+
+def target_names(lora_targets: str) -> tuple[str, ...] | None:
+    """--lora-targets text as module names; None = all-linear (every linear layer but the head).
+    The one parse, for the resolver (before a ResolvedRun exists) and ``lora_target_names``."""
+    if lora_targets == "all-linear":
+        return None
+    return tuple(t.strip() for t in lora_targets.split(",") if t.strip())
