@@ -101,9 +101,10 @@ def command(row: Row, model: Path, work: Path, run_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def default_zero(row: Row, params: int) -> dict[str, Any]:
-    """The zero_optimization a row will run with, before it ran (dojo's defaults of session 4,
-    plain = bench/baseline_trainer.py's LLaMA-Factory JSONs); after the run its real one is used."""
+def default_zero(row: Row, spec: Any) -> dict[str, Any]:
+    """The zero_optimization a row will run with, before it ran: for dojo rows what dojo's own
+    resolver writes for that command on one GPU (so this never drifts from dojo's defaults),
+    plain = bench/baseline_trainer.py's LLaMA-Factory JSONs; after the run its real one is used."""
     stage = max(row.stage, 0)
     if row.system == "plain":
         return {
@@ -111,13 +112,14 @@ def default_zero(row: Row, params: int) -> dict[str, Any]:
             "overlap_comm": False,
             "reduce_bucket_size": 5e8 if stage == 2 else "auto",
         }
-    zo: dict[str, Any] = {"stage": stage, "overlap_comm": True, "reduce_bucket_size": "auto"}
-    if row.method == "full" and stage in (1, 2):
-        zo["reduce_bucket_size"] = min(500_000_000, params)
-    if stage == 3:  # session 4: decoder layers are z3 leaves, 5e8 buckets capped at the model
-        zo["reduce_bucket_size"] = zo["stage3_prefetch_bucket_size"] = min(500_000_000, params)
-        zo["leaf_module"] = {"classes": ["DecoderLayer"]}
-    return zo
+    from dojo.run import render, resolve
+    from dojo.run.machine import Machine
+
+    values = {"method": row.method, "zero": stage, "offload": row.offload,
+              "optimizer": "ds" if row.offload != "none" else "hf"}  # fmt: skip
+    machine = Machine(cuda=True, gpu_ids=(0,), liger=True, triton=True)
+    run = resolve.resolve(values, machine=machine, spec=spec, gpus=(0,), given=set(values))
+    return dict(render.ds_config(run, spec)["zero_optimization"])
 
 
 def alloc_env(row: Row) -> dict[str, str]:
@@ -131,7 +133,7 @@ def setup_for(row: Row, spec: Any, zo: dict[str, Any] | None, gpu: float, host: 
     (None: before the run, dojo's / the plain JSON's defaults)."""
     m = {
         "params": dataclasses.asdict(row),
-        "zero_optimization": default_zero(row, spec.params) if zo is None else zo,
+        "zero_optimization": default_zero(row, spec) if zo is None else zo,
     }
     return dataclasses.replace(heldout_setup(m), gpu_memory_gib=gpu, cpu_memory_gib=host)
 
