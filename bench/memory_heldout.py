@@ -71,6 +71,8 @@ def setup_for(m: dict[str, Any]) -> Setup:
         optim=optim if optim in OPTIMS else "adamw",  # auto = adamw_torch_fused: fp32 m, v
         adapter_dtype="auto",  # PEFT's fp32 adapters, as far as DeepSpeed casts them
         expandable_segments=bool(p.get("expandable")),  # rows of session 5 on (matrix_rows_s4.Row)
+        # dojo's 1e8 ZeRO-3 tile from session 6; earlier rows and the plain script ran 1e9
+        sub_group_size=int(float(zo.get("sub_group_size", 1e9))),
         gpu_memory_gib=H200_GIB,
         cpu_memory_gib=HOST_GIB,
     )

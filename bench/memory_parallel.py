@@ -47,7 +47,12 @@ from memory_matrix import host_used, make_data, prepare_model, synthetic_chat  #
 from dojo.estimate import Setup, estimate  # noqa: E402
 from dojo.modelspec import resolve_model  # noqa: E402
 
-ROW_FILES = {"s3": "matrix_rows", "s4": "matrix_rows_s4", "s5": "matrix_rows_s5"}
+ROW_FILES = {
+    "s3": "matrix_rows",
+    "s4": "matrix_rows_s4",
+    "s5": "matrix_rows_s5",
+    "s6": "matrix_rows_s6",
+}
 
 
 def load_rows(which: str) -> list[Row]:

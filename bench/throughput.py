@@ -159,6 +159,17 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
             "DOJO_BENCH_ARGS": json.dumps(_REENTRANT),
         },
     ),
+    # Session 6: DeepSpeed's bf16 per-gradient inf/NaN test (dojo's default is now off) and
+    # DeepSpeed's 1e9 ZeRO-3 sub-group (dojo's is now 1e8 without offload), as A/B variants.
+    "dojo-overflow-check": (["--overflow-check"], {}),
+    "dojo-sub1e9": (["--sub-group-size", "1e9"], {}),
+    "dojo-liger-flce-expandable": (
+        [],
+        {
+            "DOJO_BENCH_LIGER": json.dumps(_FLCE_ONLY),
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        },
+    ),
     "dojo-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
     "baseline-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
 }

@@ -29,7 +29,22 @@ def test_all_flags(cli) -> None:
         zero["offload_optimizer"]["device"] == "nvme" and zero["offload_param"]["device"] == "cpu"
     )
     assert zero["overlap_comm"] is False and zero["reduce_bucket_size"] == 200_000_000
-    assert ds["bf16"] == {"enabled": True} and ds["optimizer"]["type"] == "AdamW"
+    assert ds["bf16"] == {"enabled": True, "check_grad_overflow": False}
+    assert ds["optimizer"]["type"] == "AdamW"
+    assert zero["sub_group_size"] == 1_000_000_000  # offloaded optimizer: DeepSpeed's tile
+
+
+def test_overflow_check_and_sub_group_flags(cli) -> None:
+    r = cli("config", "--stage", "3", "--overflow-check", "--sub-group-size", "2e8")
+    assert r.exit_code == 0, r.stderr
+    ds = json.loads(r.stdout)
+    assert ds["bf16"]["check_grad_overflow"] is True
+    assert ds["zero_optimization"]["sub_group_size"] == 200_000_000
+    plain = json.loads(cli("config", "--stage", "3").stdout)
+    assert plain["bf16"]["check_grad_overflow"] is False
+    assert plain["zero_optimization"]["sub_group_size"] == 100_000_000
+    bad = cli("config", "--stage", "3", "--sub-group-size", "0")
+    assert bad.exit_code != 0 and "--sub-group-size" in bad.stderr
 
 
 def test_model_resolves_auto_buckets(cli) -> None:

@@ -123,10 +123,34 @@ def test_optimizer_scheduler_blocks() -> None:
 
 def test_precision_blocks() -> None:
     bf16 = build_ds_config(ZeroConfig(precision="bf16"))
-    assert bf16["bf16"] == {"enabled": True} and bf16["fp16"] == {"enabled": False}
+    off = {"enabled": True, "check_grad_overflow": False}
+    assert bf16["bf16"] == off and bf16["fp16"] == {"enabled": False}
+    checked = build_ds_config(ZeroConfig(precision="bf16", overflow_check=True))
+    assert checked["bf16"] == {"enabled": True, "check_grad_overflow": True}
+    auto = build_ds_config(ZeroConfig())  # TrainingArguments decide bf16; the key rides along
+    assert auto["bf16"] == {"enabled": "auto", "check_grad_overflow": False}
     fp16 = build_ds_config(ZeroConfig(precision="fp16"))
     assert fp16["fp16"]["enabled"] is True and fp16["fp16"]["loss_scale"] == 0
     assert fp16["bf16"] == {"enabled": False}
+
+
+def test_sub_group_follows_the_optimizer_placement() -> None:
+    """ZeRO-3 step transient is 6 B x min(P/N, sub_group_size): 1e8 on the GPU, DeepSpeed's 1e9
+    with offload (where the tile sizes pinned host buffers), a given value as given."""
+    tile = {
+        (off, given): build_ds_config(ZeroConfig(stage=3, offload=off, sub_group_size=given))[
+            "zero_optimization"
+        ]["sub_group_size"]
+        for off in ("none", "cpu")
+        for given in (None, 300_000_000)
+    }
+    assert tile == {
+        ("none", None): 100_000_000,
+        ("cpu", None): 1_000_000_000,
+        ("none", 300_000_000): 300_000_000,
+        ("cpu", 300_000_000): 300_000_000,
+    }
+    assert "sub_group_size" not in build_ds_config(ZeroConfig(stage=2))["zero_optimization"]
 
 
 def test_nvme_blocks() -> None:

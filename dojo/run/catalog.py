@@ -257,6 +257,16 @@ _OPTIONS = [
         panel=ZERO,
     ),
     Option(
+        "overflow_check",
+        ("--overflow-check/--no-overflow-check",),
+        "bool",
+        False,
+        "bf16: test every gradient for inf/NaN and skip that step (DeepSpeed bf16.check_grad_overflow)",
+        "bf16 has no loss scale to adjust; the test costs two reductions per gradient tensor and "
+        "two host syncs a step. dojo train stops at a logged loss that is not finite instead",
+        panel=ZERO,
+    ),
+    Option(
         "bucket_size",
         ("--bucket-size",),
         "size",
@@ -278,6 +288,18 @@ _OPTIONS = [
         lo=1,
         hi=MAX_BUCKET,
         example="5e8",
+        panel=ZERO,
+    ),
+    Option(
+        "sub_group_size",
+        ("--sub-group-size",),
+        "size",
+        AUTO,
+        "ZeRO-3: optimizer-step tile in elements (sub_group_size)",
+        "auto = 1e8 with the optimizer on the GPU: the step flattens each tile's grads and casts them to fp32, a 6 B/element transient (5.6 GiB at DeepSpeed's 1e9); 1e9 with offload, where the tile sizes the pinned host buffers",
+        lo=1,
+        hi=MAX_BUCKET,
+        example="1e8",
         panel=ZERO,
     ),
     Option(
@@ -746,7 +768,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in _OPTIONS}
 
 # What a run is made of, shared by the three commands; each adds what only it needs.
 _SHAPE = ("model", "revision", "method", "zero", "offload", "offload_param", "nvme_path",
-          "overlap_comm", "bucket_size", "prefetch_bucket_size", "z3_leaf", "optimizer",
+          "overlap_comm", "overflow_check", "bucket_size", "prefetch_bucket_size", "sub_group_size", "z3_leaf",
+          "optimizer",
           "scheduler", "optim", "precision")  # fmt: skip
 _MEMORY = ("attn", "liger", "compile", "packing", "grad_ckpt", "micro_batch", "seq_len",
            "lora_r", "lora_dropout", "lora_targets")  # fmt: skip

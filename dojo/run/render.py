@@ -27,6 +27,8 @@ def ds_config(run: ResolvedRun, spec: Any = None, precision: str = "auto") -> di
         largest_param=largest,
         prefetch_bucket=run.prefetch_bucket_size,
         leaf_modules=run.z3_leaf,
+        sub_group_size=run.sub_group_size,
+        overflow_check=run.overflow_check,
     )
     return build_ds_config(zc)
 
@@ -36,6 +38,7 @@ def estimate_setup(
 ) -> Any:
     """The ``dojo.estimate.Setup`` that describes ``run``."""
     from dojo.estimate.setup import Setup
+    from dojo.zero.build import SUB_GROUP_SIZE
 
     attention = run.attn if run.attn in ("eager", "flash_attention_2") else "sdpa"
     return Setup(
@@ -62,4 +65,5 @@ def estimate_setup(
         optim=run.optim if run.optim in BNB_OPTIMS else "adamw",  # type: ignore[arg-type]
         gpu_memory_gib=gpu_memory_gib,
         cpu_memory_gib=cpu_memory_gib,
+        sub_group_size=run.sub_group_size or SUB_GROUP_SIZE,  # None: not ZeRO-3, unused
     )

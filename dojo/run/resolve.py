@@ -12,7 +12,7 @@ from dojo.run.catalog import BNB_OPTIMS, OPTIONS
 from dojo.run.machine import Machine
 from dojo.run.resolved import ResolvedRun, target_names
 from dojo.zero.build import DS_BUCKET_DEFAULT as DS_BUCKET
-from dojo.zero.build import Z3_MAX_LEAF
+from dojo.zero.build import Z3_MAX_LEAF, sub_group_size
 from dojo.zero.rules import offload_problems
 
 
@@ -106,7 +106,8 @@ def resolve(
         method=method, model=v["model"], revision=v["revision"], init=v["init"],
         zero=zero, offload_optimizer=off if zero else "none", offload_param=offload_param,
         nvme_path=v["nvme_path"], overlap_comm=overlap, bucket_size=bucket,
-        prefetch_bucket_size=prefetch, z3_leaf=leaf,
+        prefetch_bucket_size=prefetch, z3_leaf=leaf, sub_group_size=_sub_group(v, zero, off),
+        overflow_check=v["overflow_check"],
         optimizer_from=v["optimizer"], scheduler_from=v["scheduler"], optim=optim,
         precision=precision, attn=attn, liger=liger, compile=compile_, packing=v["packing"],
         grad_ckpt=v["grad_ckpt"], micro_batch=v["micro_batch"], seq_len=v["seq_len"],
@@ -162,6 +163,14 @@ def _zero_sizes(
             said.append(f"z3 leaf: each {leaf[0]} is gathered whole, one fetch and one set of "
                         "DeepSpeed hooks per layer instead of per linear")  # fmt: skip
     return bucket, prefetch, leaf
+
+
+def _sub_group(v: dict[str, Any], zero: int, offload: str) -> int | None:
+    """ZeRO-3's optimizer-step tile: as given, else dojo's rule (zero/build.sub_group_size)."""
+    if zero != 3:
+        return None
+    given = v.get("sub_group_size", "auto")
+    return sub_group_size(offload) if given == "auto" else int(given)
 
 
 def _adapter_params(v: dict[str, Any], spec: Any) -> int | None:

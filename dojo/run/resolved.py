@@ -134,6 +134,12 @@ class ResolvedRun:
     """ZeRO-3 leaf module classes (zero_optimization.leaf_module): each such module's parameters
     are gathered at once and only it gets DeepSpeed's hooks; empty = per-module hooks."""
 
+    # DeepSpeed details (defaults = what a run.json written before these fields ran with)
+    overflow_check: bool = True
+    """bf16.check_grad_overflow: skip a step whose gradients hold inf/NaN (DeepSpeed's default)."""
+    sub_group_size: int | None = None
+    """ZeRO-3 optimizer-step tile, elements; None = DeepSpeed's 1e9."""
+
     @property
     def evaluates(self) -> bool:
         return self.eval_steps is not None

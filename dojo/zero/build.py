@@ -21,7 +21,12 @@ PRECISIONS = ("bf16", "fp16", "fp32", "auto")
 DS_BUCKET_DEFAULT = 500_000_000
 """allgather_bucket_size when not given (elements). Allocates nothing in current DeepSpeed."""
 SUB_GROUP_SIZE = 1_000_000_000
-"""ZeRO-3 optimizer-step tile (elements): the fp32 grad transient of the step is min(P/N, this)."""
+"""ZeRO-3 optimizer-step tile (elements), DeepSpeed's default: the step's grad transient is
+6 B x min(P/N, this) (stage3 _prepare_fp32_grad_for_sub_group: a bf16 flatten, then fp32)."""
+SUB_GROUP_GPU = 100_000_000
+"""dojo's tile when the optimizer steps on the GPU: a 0.6 GB transient instead of 6 GB, for ten
+times as many (GPU-fast) optimizer calls. With offload DeepSpeed's 1e9 stays: the tile sizes the
+pinned host buffers and the CPU Adam's work per call."""
 MAX_LIVE_PARAMETERS = 1_000_000_000
 """ZeRO-3: gathered params kept alive (elements); ~2 GB of bf16, shared with max_reuse_distance."""
 MAX_REUSE_DISTANCE = 1_000_000_000
@@ -90,6 +95,13 @@ class ZeroConfig:
     """ZeRO-3 stage3_prefetch_bucket_size (--prefetch-bucket-size); None = "auto" (0.9 hidden^2)."""
     leaf_modules: tuple[str, ...] = ()
     """ZeRO-3 leaf module classes (--z3-leaf): gathered whole, hooks on them only; () = none."""
+    sub_group_size: int | None = None
+    """ZeRO-3 optimizer-step tile (--sub-group-size); None = ``sub_group_size(offload)``."""
+    overflow_check: bool = False
+    """bf16.check_grad_overflow (--overflow-check): skip a step with inf/NaN gradients. Off:
+    bf16 has no loss scale to adjust, and the test costs 2 reductions per gradient tensor and
+    2 host syncs per step (stage_1_and_2.py has_overflow, is_invalid_grad_norm): on a
+    host-bound LoRA step that is hundreds of small kernels."""
 
     @property
     def offload_param_device(self) -> str:
@@ -159,7 +171,7 @@ def build_ds_config(cfg: ZeroConfig) -> dict[str, Any]:
         "gradient_accumulation_steps": "auto",
         "gradient_clipping": "auto",
     }
-    ds.update(_precision(cfg.precision))
+    ds.update(_precision(cfg.precision, cfg.overflow_check))
     if cfg.optimizer == "ds":
         # trainer_config_process fills lr, betas, eps, weight_decay from TrainingArguments.
         # DeepSpeed swaps in DeepSpeedCPUAdam itself when the optimizer is offloaded.
@@ -185,15 +197,25 @@ def build_ds_config(cfg: ZeroConfig) -> dict[str, Any]:
     return ds
 
 
-def _precision(precision: str) -> dict[str, Any]:
+def sub_group_size(offload: str) -> int:
+    """The ZeRO-3 tile dojo writes: SUB_GROUP_GPU, or DeepSpeed's own with optimizer offload."""
+    return SUB_GROUP_SIZE if offload != "none" else SUB_GROUP_GPU
+
+
+def _precision(precision: str, overflow_check: bool) -> dict[str, Any]:
+    # The field came with DeepSpeed PR #6976 (default False); PR #8035 (2026) made it True after a
+    # bf16 ZeRO-2 run whose inf gradient turned Adam's states to NaN. dojo writes False unless
+    # --overflow-check: plain PyTorch/HF bf16 training never skips steps either, and dojo train
+    # stops at the first logged loss that is not finite. Versions before #6976 ignore the key.
+    check = {"check_grad_overflow": overflow_check}
     if precision == "bf16":
-        return {"bf16": {"enabled": True}, "fp16": {"enabled": False}}
+        return {"bf16": {"enabled": True, **check}, "fp16": {"enabled": False}}
     if precision == "fp16":
         return {"bf16": {"enabled": False}, "fp16": {"enabled": True, **_FP16_SCALING}}
     if precision == "fp32":
         return {"bf16": {"enabled": False}, "fp16": {"enabled": False}}
     # "auto": fill_match sets each from TrainingArguments --bf16 / --fp16.
-    return {"bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto", **_FP16_SCALING}}
+    return {"bf16": {"enabled": "auto", **check}, "fp16": {"enabled": "auto", **_FP16_SCALING}}
 
 
 def _offload_block(
@@ -246,7 +268,7 @@ def _zero_section(cfg: ZeroConfig) -> dict[str, Any]:
         ),
         "overlap_comm": cfg.overlap_comm,
         "contiguous_gradients": True,
-        "sub_group_size": SUB_GROUP_SIZE,
+        "sub_group_size": cfg.sub_group_size or sub_group_size(cfg.offload),
         # transformers trainer_config_finalize: reduce_bucket_size = h*h, prefetch = int(0.9*h*h),
         # persistence = 10*h. Only these three bucket keys are filled from the model; everything
         # else "auto" comes from TrainingArguments.

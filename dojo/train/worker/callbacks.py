@@ -4,6 +4,7 @@ Imported only by dojo.train.worker (inside the launched ranks), so torch may be 
 """
 
 import json
+import math
 import os
 import sys
 import time
@@ -14,6 +15,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from dojo.errors import DojoError
 from dojo.train.checkpoints import MARKER, manifest
 from dojo.train.resume_check import read_record, saved_view
 
@@ -126,6 +128,23 @@ def _clock(seconds: float) -> str:
     return (
         f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
     )
+
+
+class StopOnNonFinite(TrainerCallback):
+    """A logged training loss that is inf or NaN ends the run with one error line on every rank.
+
+    dojo writes bf16.check_grad_overflow false (unless --overflow-check), so DeepSpeed no longer
+    skips such steps: after a non-finite gradient the weights are NaN and every later step is
+    wasted GPU time. The loss is already on the host at a logging step: this costs no sync."""
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+        loss = (logs or {}).get("loss")
+        if isinstance(loss, (int, float)) and not math.isfinite(loss):
+            raise DojoError(
+                f"the training loss is {loss} at step {state.global_step}: the run diverged",
+                hint="lower --lr or check the data, then resume from the last checkpoint; "
+                "--overflow-check makes DeepSpeed skip steps whose gradients are not finite",
+            )
 
 
 class CheckpointMarker(TrainerCallback):

@@ -33,6 +33,7 @@ from dojo.train.worker.callbacks import (
     CheckpointMarker,
     Measures,
     Progress,
+    StopOnNonFinite,
     barrier,
     is_rank0,
     print0,
@@ -380,7 +381,13 @@ def train(job: Job) -> int:
         eval_dataset=eval_set,
         data_collator=collator,
         processing_class=tokenizer,
-        callbacks=[Progress(), CheckpointMarker(meta), measures, *eval_callbacks(run)],
+        callbacks=[
+            Progress(),
+            StopOnNonFinite(),
+            CheckpointMarker(meta),
+            measures,
+            *eval_callbacks(run),
+        ],
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; Progress replaces it
     trainer.train(resume_from_checkpoint=job.resume_from)
