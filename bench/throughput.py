@@ -163,6 +163,8 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     # DeepSpeed's 1e9 ZeRO-3 sub-group (dojo's is now 1e8 without offload), as A/B variants.
     "dojo-overflow-check": (["--overflow-check"], {}),
     "dojo-sub1e9": (["--sub-group-size", "1e9"], {}),
+    "dojo-compile-off": (["--compile", "off"], {}),
+    "dojo-compile-off-check": (["--compile", "off", "--overflow-check"], {}),
     "dojo-liger-flce-expandable": (
         [],
         {

@@ -65,6 +65,9 @@ def build_training_args(job: Any) -> TrainingArguments:
         disable_tqdm=True,  # dojo's own progress (rich bar / plain lines) on rank 0
         deepspeed=job.ds_config,
         include_num_input_tokens_seen="non_padding",
+        # transformers' default (True) logs a window of NaN/inf losses as 0.0000: a diverged run
+        # looked like a converged one (H200, session 6). Logged as is, StopOnNonFinite ends it.
+        logging_nan_inf_filter=False,
         # Liger: fused RMSNorm/SwiGLU/RoPE and the fused linear cross-entropy that never
         # materialises the fp32 logits (the peak with 128k+ vocabularies).
         use_liger_kernel=bool(run.liger),
