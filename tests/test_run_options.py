@@ -171,8 +171,9 @@ def test_buckets_follow_the_model() -> None:
 
 def test_liger_and_compile_auto_follow_the_machine() -> None:
     rich = dataclasses.replace(CUDA, liger=True, triton=True)
-    assert run_of(rich).liger and run_of(rich).compile
-    assert not run_of(rich, grad_ckpt=True).compile and not run_of(rich, method="lora").compile
+    assert run_of(rich).liger and not run_of(rich).compile  # auto: off (NaN losses, session 6)
+    assert run_of(rich, compile="on").compile
+    assert any("compile on with Liger" in a for a in run_of(rich, compile="on").assumed)
     assert not run_of(rich, liger="off").liger
     assert not run_of(CPU).liger
 

@@ -377,7 +377,7 @@ _OPTIONS = [
         "choice",
         AUTO,
         "torch.compile each decoder layer: auto | on | off",
-        "auto = on with CUDA + Triton for full fine-tuning at ZeRO 0-2 without offload or checkpointing, where it was measured to help",
+        "auto = off: on the H200 dojo's regional compile with Liger gave NaN losses by step 10 of 1B full ZeRO-2 (docs/benchmarks.md, session 6); the speed it seemed to add came from DeepSpeed skipping those steps",
         choices=ON_OFF,
         panel=OPT,
     ),

@@ -82,12 +82,16 @@ def resolve(
     if v["liger"] == "auto":
         said.append(f"liger {'on' if liger else 'off'}: " + (
             "CUDA with liger-kernel" if liger else "needs CUDA and liger-kernel (pip install 'dojo[gpu]')"))  # fmt: skip
-    measured = method == "full" and zero <= 2 and off == "none" and not v["grad_ckpt"]
-    compile_ = _switch(v["compile"], cuda and machine.triton and measured)
+    # auto = off: with Liger, regional compile gave NaN losses on the H200 (session 6, 1B full
+    # ZeRO-2, torch 2.11 + liger-kernel 0.8.5), and DeepSpeed's overflow check had been skipping
+    # those steps, which is where the speed it seemed to add came from.
+    compile_ = _switch(v["compile"], False)
     if v["compile"] == "auto":
-        said.append(f"compile {'on' if compile_ else 'off'}: " + (
-            "full fine-tuning at ZeRO 0-2, no offload or checkpointing, where it was measured to help"
-            if compile_ else "on only with CUDA + Triton for full fine-tuning at ZeRO 0-2 without offload or checkpointing"))  # fmt: skip
+        said.append("compile off: with Liger it gave NaN losses on the H200 (docs/benchmarks.md); "
+                    "--compile on to try it")  # fmt: skip
+    elif compile_ and liger:
+        said.append("compile on with Liger: NaN losses on the H200 (docs/benchmarks.md); dojo "
+                    "stops at the first logged loss that is not finite")  # fmt: skip
     adapter = _adapter_params(v, spec)
     bucket, prefetch, leaf = _zero_sizes(v, spec, adapter, said)
     world = max(1, gpus_per_node) * v["num_nodes"] if world_known else None

@@ -325,13 +325,15 @@ def check_output(run: ResolvedRun, spec: Any, *, force: bool) -> None:
         trainable = spec.params if run.method == "full" else spec.lora_params(run.lora_r)
         per_ckpt = trainable * _CKPT_BYTES_PER_PARAM
         final = spec.params * 2 if run.method == "full" or run.merge else trainable * 2
+        final = final if run.save_model else 0  # --no-save-model writes no final weights
         n_ckpt = run.save_total_limit if run.save_steps > 0 else 0
         need = int((per_ckpt * n_ckpt + final) * _DISK_MARGIN)
         free = shutil.disk_usage(parent).free
         if free < need:
+            what = f"{n_ckpt} checkpoints" + (" + final weights" if final else "")
             raise LaunchError(
                 f"--output-dir {run.output_dir}: {free / GIB:.1f} GiB free, this run writes about "
-                f"{need / GIB:.1f} GiB ({n_ckpt} checkpoints + final weights)",
+                f"{need / GIB:.1f} GiB ({what})",
                 hint="free disk space, lower --save-total-limit, or choose a folder on a larger disk",
             )
 

@@ -260,8 +260,8 @@ CAP = -1
 @pytest.mark.parametrize(
     "args,bucket,compile_",
     [
-        (["--method", "full", "--zero", "2"], CAP, True),  # measured setup: both on
-        (["--method", "full", "--zero", "2", "--bucket-size", "2e8"], 200_000_000, True),
+        (["--method", "full", "--zero", "2"], CAP, False),  # compile auto = off (NaN losses)
+        (["--method", "full", "--zero", "2", "--bucket-size", "2e8"], 200_000_000, False),
         (["--method", "full", "--zero", "2", "--grad-ckpt"], CAP, False),
         (["--method", "full", "--zero", "2", "--offload", "cpu"], CAP, False),
         (["--method", "full", "--zero", "3"], CAP, False),  # full ZeRO-3 too
@@ -273,7 +273,7 @@ CAP = -1
 def test_default_buckets_and_compile(
     cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch, args, bucket, compile_
 ) -> None:
-    """5e8 buckets for full ZeRO-1/2 and regional compile where the H200 measured them."""
+    """5e8 buckets for full ZeRO-1/2; regional compile only when asked for."""
     import importlib.util
 
     real = importlib.util.find_spec

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -216,6 +217,20 @@ def test_output_dir_needs_free_disk(tmp_path: Path) -> None:
     cfg = run_of(output_dir=str(tmp_path / "run"), method="full")
     with pytest.raises(LaunchError, match="GiB free, this run writes about"):
         preflight.check_output(cfg, spec, force=False)
+
+
+def test_no_save_model_needs_no_room_for_final_weights(tmp_path: Path, monkeypatch) -> None:
+    """--save-steps 0 --no-save-model writes no weights: a nearly full disk is no reason to
+    refuse (the H200 memory bench lost two rows to this with 5.9 GiB free)."""
+    from dojo.modelspec import resolve_model
+
+    spec = resolve_model("70b")
+    usage = shutil.disk_usage(tmp_path)._replace(free=1 << 30)
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda p: usage)
+    cfg = run_of(output_dir=str(tmp_path / "run"), method="full", save_steps=0)
+    with pytest.raises(LaunchError, match=r"\(0 checkpoints \+ final weights\)"):
+        preflight.check_output(cfg, spec, force=False)
+    preflight.check_output(dataclasses.replace(cfg, save_model=False), spec, force=False)
 
 
 def test_unwritable_output_dir(tmp_path: Path) -> None:
