@@ -164,6 +164,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "dojo-overflow-check": (["--overflow-check"], {}),
     "dojo-sub1e9": (["--sub-group-size", "1e9"], {}),
     "dojo-compile-off": (["--compile", "off"], {}),
+    "dojo-compile-liger-off": (["--compile", "on", "--liger", "off"], {}),
     "dojo-compile-off-check": (["--compile", "off", "--overflow-check"], {}),
     "dojo-liger-flce-expandable": (
         [],

@@ -172,8 +172,11 @@ def test_buckets_follow_the_model() -> None:
 def test_liger_and_compile_auto_follow_the_machine() -> None:
     rich = dataclasses.replace(CUDA, liger=True, triton=True)
     assert run_of(rich).liger and not run_of(rich).compile  # auto: off (NaN losses, session 6)
-    assert run_of(rich, compile="on").compile
-    assert any("compile on with Liger" in a for a in run_of(rich, compile="on").assumed)
+    both = run_of(rich, compile="on")  # compile asked for: Liger's auto steps aside
+    assert both.compile and not both.liger
+    assert any("liger off: --compile on" in a for a in both.assumed)
+    with pytest.raises(ConfigError, match="--compile on with --liger on"):
+        run_of(rich, compile="on", liger="on")
     assert not run_of(rich, liger="off").liger
     assert not run_of(CPU).liger
 

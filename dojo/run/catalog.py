@@ -377,7 +377,7 @@ _OPTIONS = [
         "choice",
         AUTO,
         "torch.compile each decoder layer: auto | on | off",
-        "auto = off: on the H200 dojo's regional compile with Liger gave NaN losses by step 10 of 1B full ZeRO-2 (docs/benchmarks.md, session 6); the speed it seemed to add came from DeepSpeed skipping those steps",
+        "auto = off: with Liger's kernels it gave NaN losses by step 10 of 1B full ZeRO-2 on the H200 (docs/benchmarks.md, session 6; the speed it seemed to add came from DeepSpeed skipping those steps). on turns --liger auto off; on with --liger on is refused",
         choices=ON_OFF,
         panel=OPT,
     ),

@@ -32,6 +32,10 @@ def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tupl
     if v.get("merge") and v["method"] == "full":
         out.append(("--merge applies to --method lora or qlora only",
                     "full fine-tuning already saves the whole model: drop --merge"))  # fmt: skip
+    if v.get("liger") == "on" and v.get("compile") == "on":
+        out.append(("--compile on with --liger on gave NaN losses by step 10 on the H200 "
+                    "(docs/benchmarks.md, session 6)", "choose one: --liger on, or --compile on "
+                    "--liger off"))  # fmt: skip
     for flag, name in (("--liger", "liger"), ("--compile", "compile")):
         if v.get(name) == "on" and not machine.cuda:
             out.append(
@@ -78,20 +82,19 @@ def resolve(
     )
     precision = v["precision"] if v["precision"] != "auto" else ("bf16" if cuda else "fp32")
     attn = "sdpa" if v["attn"] == "auto" else v["attn"]
-    liger = _switch(v["liger"], cuda and machine.liger)
+    # torch.compile with Liger's kernels gave NaN losses by step 10 on the H200 (1B full ZeRO-2,
+    # torch 2.11 + liger-kernel 0.8.5; session 6), and DeepSpeed's overflow check had been skipping
+    # those steps, which is where the speed compile seemed to add came from. Either alone trains
+    # (the same run's losses match the plain script's), so --compile on turns Liger's "auto" off
+    # (both "on" is refused in _problems) and compile's own "auto" is off.
+    compile_ = v["compile"] == "on"
+    liger = _switch(v["liger"], cuda and machine.liger and not compile_)
     if v["liger"] == "auto":
         said.append(f"liger {'on' if liger else 'off'}: " + (
-            "CUDA with liger-kernel" if liger else "needs CUDA and liger-kernel (pip install 'dojo[gpu]')"))  # fmt: skip
-    # auto = off: with Liger, regional compile gave NaN losses on the H200 (session 6, 1B full
-    # ZeRO-2, torch 2.11 + liger-kernel 0.8.5), and DeepSpeed's overflow check had been skipping
-    # those steps, which is where the speed it seemed to add came from.
-    compile_ = _switch(v["compile"], False)
+            "CUDA with liger-kernel" if liger else "--compile on: the two gave NaN losses together (docs/benchmarks.md)" if compile_ and cuda and machine.liger else "needs CUDA and liger-kernel (pip install 'dojo[gpu]')"))  # fmt: skip
     if v["compile"] == "auto":
         said.append("compile off: with Liger it gave NaN losses on the H200 (docs/benchmarks.md); "
-                    "--compile on to try it")  # fmt: skip
-    elif compile_ and liger:
-        said.append("compile on with Liger: NaN losses on the H200 (docs/benchmarks.md); dojo "
-                    "stops at the first logged loss that is not finite")  # fmt: skip
+                    "--compile on (Liger then off) to use it")  # fmt: skip
     adapter = _adapter_params(v, spec)
     bucket, prefetch, leaf = _zero_sizes(v, spec, adapter, said)
     world = max(1, gpus_per_node) * v["num_nodes"] if world_known else None
