@@ -768,9 +768,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in _OPTIONS}
 
 # What a run is made of, shared by the three commands; each adds what only it needs.
 _SHAPE = ("model", "revision", "method", "zero", "offload", "offload_param", "nvme_path",
-          "overlap_comm", "overflow_check", "bucket_size", "prefetch_bucket_size", "sub_group_size", "z3_leaf",
-          "optimizer",
-          "scheduler", "optim", "precision")  # fmt: skip
+          "overlap_comm", "overflow_check", "bucket_size", "prefetch_bucket_size", "sub_group_size",
+          "z3_leaf", "optimizer", "scheduler", "optim", "precision")  # fmt: skip
 _MEMORY = ("attn", "liger", "compile", "packing", "grad_ckpt", "micro_batch", "seq_len",
            "lora_r", "lora_dropout", "lora_targets")  # fmt: skip
 COMMAND_OPTIONS: dict[str, tuple[str, ...]] = {

@@ -27,6 +27,7 @@ RESUME_KEYS: dict[str, str] = {
     "precision_resolved": "--precision",
     "offload": "--offload",
     "offload_param": "--offload-param",
+    "sub_group_size": "--sub-group-size",
 }
 """Settings that change what a checkpoint holds (shard layout, adapter shapes, dtypes, optimizer
 placement): loading one across a change crashes or silently trains something else."""
@@ -50,6 +51,11 @@ def flat(record: dict[str, Any]) -> dict[str, Any]:
         "precision_resolved": run.get("precision"),
         "offload": run.get("offload_optimizer"),
         "offload_param": run.get("offload_param"),
+        # ZeRO-3 shards the fp32 optimizer state by this tile: another tile cannot load it. A
+        # record from before dojo wrote it ran DeepSpeed's 1e9.
+        "sub_group_size": run.get(
+            "sub_group_size", 1_000_000_000 if run.get("zero") == 3 else None
+        ),
         "model_kind": record.get("model_kind"),
         "model_path": paths.get("model"),
     }

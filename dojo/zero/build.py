@@ -206,7 +206,7 @@ def _precision(precision: str, overflow_check: bool) -> dict[str, Any]:
     # The field came with DeepSpeed PR #6976 (default False); PR #8035 (2026) made it True after a
     # bf16 ZeRO-2 run whose inf gradient turned Adam's states to NaN. dojo writes False unless
     # --overflow-check: plain PyTorch/HF bf16 training never skips steps either, and dojo train
-    # stops at the first logged loss that is not finite. Versions before #6976 ignore the key.
+    # stops at the first logged loss that is not finite.
     check = {"check_grad_overflow": overflow_check}
     if precision == "bf16":
         return {"bf16": {"enabled": True, **check}, "fp16": {"enabled": False}}
