@@ -52,6 +52,7 @@ ROW_FILES = {
     "s4": "matrix_rows_s4",
     "s5": "matrix_rows_s5",
     "s6": "matrix_rows_s6",
+    "s7": "matrix_rows_s7",
 }
 
 

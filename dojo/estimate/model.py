@@ -70,6 +70,34 @@ def comm_buffer_bytes(
     return 0
 
 
+def _z3_largest_sub_group(spec: ModelSpec, s: Setup, p_t: int) -> float:
+    """Elements of ZeRO-3's largest optimizer sub-group on one rank.
+
+    DeepSpeed (stage3 ``_create_fp16_sub_groups``) adds whole parameter partitions, in the
+    optimizer's order, to a group until it holds at least ``sub_group_size``: a group overshoots
+    the tile by up to one parameter, and a parameter larger than the tile (a 128k-256k
+    vocabulary's embedding against dojo's 1e8) is a group of its own. Full fine-tuning follows
+    the HF Trainer's decay group (embedding, each layer's linears, an untied head; norms and
+    biases go to the small second group); adapters are far below any tile."""
+    n = s.world_size
+    tile = s.sub_group_size
+    if p_t / n <= tile or s.method != "full":
+        return min(p_t / n, tile)
+    sizes = [spec.vocab_size * spec.hidden_size]
+    for count, _, linears in spec.layer_kinds():
+        sizes += [a * b for _, a, b, _ in linears] * count
+    if spec.is_moe:  # the fused experts of each MoE layer, one parameter block per layer
+        sizes += [spec.num_experts * spec.expert_params] * spec.moe_layers
+    if not spec.tied_embeddings:
+        sizes.append(spec.vocab_size * spec.hidden_size)
+    largest = group = 0
+    for size in sizes:
+        group += -(-size // n)  # partition_numel: ceil(numel / world)
+        if group >= tile:
+            largest, group = max(largest, group), 0
+    return float(max(largest, group))
+
+
 def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
     """(trainable params, bytes of the frozen base, largest trainable tensor)."""
     p = spec.params
@@ -142,7 +170,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     elif s.stage in (1, 2):
         step = 6 * p_t / n  # bf16 flatten + fp32 upcast of the partition (stage_1_and_2 step)
     else:
-        step = 6 * min(p_t / n, s.sub_group_size)  # per sub-group (stage3 _prepare_fp32_grad)
+        step = 6 * _z3_largest_sub_group(spec, s, p_t)  # stage3 _prepare_fp32_grad_for_sub_group
     # --- backward working set ---
     params_work = grads_work = 0.0
     if z3:
