@@ -163,16 +163,8 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     # DeepSpeed's 1e9 ZeRO-3 sub-group (dojo's is now 1e8 without offload), as A/B variants.
     "dojo-overflow-check": (["--overflow-check"], {}),
     "dojo-sub1e9": (["--sub-group-size", "1e9"], {}),
-    "dojo-compile-off": (["--compile", "off"], {}),
+    "dojo-compile-off": (["--compile", "off"], {}),  # the default since 9d45489
     "dojo-compile-liger-off": (["--compile", "on", "--liger", "off"], {}),
-    "dojo-compile-off-check": (["--compile", "off", "--overflow-check"], {}),
-    "dojo-liger-flce-expandable": (
-        [],
-        {
-            "DOJO_BENCH_LIGER": json.dumps(_FLCE_ONLY),
-            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-        },
-    ),
     "dojo-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
     "baseline-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
 }
