@@ -137,14 +137,27 @@ class StopOnNonFinite(TrainerCallback):
     skips such steps: after a non-finite gradient the weights are NaN and every later step is
     wasted GPU time. The loss is already on the host at a logging step: this costs no sync."""
 
+    def __init__(self) -> None:
+        self.last_finite: int | None = None
+        """Step of the last finite logged loss: checkpoints after it may hold NaN weights."""
+
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
         loss = (logs or {}).get("loss")
-        if isinstance(loss, (int, float)) and not math.isfinite(loss):
-            raise DojoError(
-                f"the training loss is {loss} at step {state.global_step}: the run diverged",
-                hint="lower --lr or check the data, then resume from the last checkpoint; "
-                "--overflow-check makes DeepSpeed skip steps whose gradients are not finite",
-            )
+        if not isinstance(loss, (int, float)):
+            return
+        if math.isfinite(loss):
+            self.last_finite = state.global_step
+            return
+        since = (
+            f"a checkpoint from step {self.last_finite} or earlier (the last finite loss)"
+            if self.last_finite is not None
+            else "the start"
+        )
+        raise DojoError(
+            f"the training loss is {loss} at step {state.global_step}: the run diverged",
+            hint=f"lower --lr or check the data, then resume from {since}; --overflow-check "
+            "makes DeepSpeed skip steps whose gradients are not finite",
+        )
 
 
 class CheckpointMarker(TrainerCallback):
