@@ -7,7 +7,7 @@ from dojo.run.machine import Machine
 from dojo.run.resolved import ResolvedRun
 
 CPU = Machine(cuda=False)
-CUDA = Machine(cuda=True, gpu_ids=(0,), gpu_memory_gib=139.8, liger=False, triton=False)
+CUDA = Machine(cuda=True, gpu_ids=(0,), gpu_memory_gib=139.8, liger=False)
 
 
 def values(**given: Any) -> dict[str, Any]:

@@ -170,7 +170,7 @@ def test_buckets_follow_the_model() -> None:
 
 
 def test_liger_and_compile_auto_follow_the_machine() -> None:
-    rich = dataclasses.replace(CUDA, liger=True, triton=True)
+    rich = dataclasses.replace(CUDA, liger=True)
     assert run_of(rich).liger and not run_of(rich).compile  # auto: off (NaN losses, session 6)
     both = run_of(rich, compile="on")  # compile asked for: Liger's auto steps aside
     assert both.compile and not both.liger

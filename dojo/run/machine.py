@@ -22,7 +22,6 @@ class Machine:
     host_memory_gib: float | None = None
     liger: bool = False
     """liger-kernel importable (the dojo[gpu] extra)."""
-    triton: bool = False
     flash_attn: bool = False
     assumed: bool = False
     """True: not this machine, a CUDA machine with dojo's GPU extras installed."""
@@ -44,7 +43,7 @@ def _has(module: str) -> bool:
 
 def assumed_cuda(gpu_memory_gib: float | None = None) -> Machine:
     """The machine `dojo estimate` describes when this one has no GPU."""
-    return Machine(cuda=True, gpu_memory_gib=gpu_memory_gib, liger=True, triton=True, assumed=True)
+    return Machine(cuda=True, gpu_memory_gib=gpu_memory_gib, liger=True, assumed=True)
 
 
 def local(present: list | None = None) -> Machine:  # type: ignore[type-arg]
@@ -59,7 +58,6 @@ def local(present: list | None = None) -> Machine:  # type: ignore[type-arg]
         gpu_memory_gib=min(mems) if mems else None,
         host_memory_gib=host_memory_gib(),
         liger=_has("liger_kernel"),
-        triton=_has("triton"),
         flash_attn=_has("flash_attn"),
     )
 

@@ -82,7 +82,7 @@ def place(
         machine = Machine(
             cuda=True, gpu_ids=tuple(here), gpu_memory_gib=min(mems),
             host_memory_gib=host_memory_gib(), liger=_has("liger_kernel"),
-            triton=_has("triton"), flash_attn=_has("flash_attn"),
+            flash_attn=_has("flash_attn"),
         )  # fmt: skip
     if values["hostfile"] is not None:
         if gpus not in (None, "all"):

@@ -271,15 +271,9 @@ CAP = -1
     ],
 )
 def test_default_buckets_and_compile(
-    cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch, args, bucket, compile_
+    cli, model_dir: Path, tmp_path: Path, no_launch, args, bucket, compile_
 ) -> None:
     """5e8 buckets for full ZeRO-1/2; regional compile only when asked for."""
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda n, *a: object() if n == "triton" else real(n, *a)
-    )
     base = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")]
     with _gpus(H200):
         r = cli(*base, "--gpus", "0", *args, "--dry-run")
