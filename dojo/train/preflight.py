@@ -15,7 +15,7 @@ from typing import Any
 from dojo import _output
 from dojo import gpus as gpus_mod
 from dojo.errors import DataError, EstimateError, LaunchError, MissingExtraError
-from dojo.run.machine import Machine, assumed_cuda, host_memory_gib
+from dojo.run.machine import Machine, assumed_cuda, host_memory_gib, local
 from dojo.run.resolved import ResolvedRun
 from dojo.train import checkpoints
 from dojo.train.launch import Devices
@@ -77,13 +77,8 @@ def place(
     if nproc is not None:
         return _cpu(), Devices("cpu", tuple(range(nproc))), notes
     here = sorted(g.index for g in present)
-    mems = [g.memory_gib for g in present]
     if present:
-        machine = Machine(
-            cuda=True, gpu_ids=tuple(here), gpu_memory_gib=min(mems),
-            host_memory_gib=host_memory_gib(), liger=_has("liger_kernel"),
-            flash_attn=_has("flash_attn"),
-        )  # fmt: skip
+        machine = local(present)
     if values["hostfile"] is not None:
         if gpus not in (None, "all"):
             raise LaunchError(
@@ -127,10 +122,6 @@ def place(
 
 def _cpu() -> Machine:
     return Machine(cuda=False, host_memory_gib=host_memory_gib())
-
-
-def _has(mod: str) -> bool:
-    return importlib.util.find_spec(mod) is not None
 
 
 def check_extras(method: str, devices: Devices, *, dry_run: bool = False) -> None:

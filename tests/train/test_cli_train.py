@@ -192,16 +192,16 @@ def test_host_ram_too_small_for_offload_warns(
     cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch
 ) -> None:
     """A warning, not a stop: MemTotal can read low on VMs whose memory grows on demand."""
-    import dojo.train.preflight
+    import dojo.run.machine  # GPU runs read the host through machine.local
 
-    monkeypatch.setattr(dojo.train.preflight, "host_memory_gib", lambda: 0.5)
+    monkeypatch.setattr(dojo.run.machine, "host_memory_gib", lambda: 0.5)
     args = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")]
     with _gpus(H200):
         r = cli(*args, "--zero", "2", "--offload", "cpu", "--dry-run")
     assert r.exit_code == 0, r.stderr
     assert "GiB of host RAM (offloaded states, pinned), this machine reports 0.5 GiB" in r.stderr
     assert "try --zero 3 (pins less host memory)" in r.stderr
-    monkeypatch.setattr(dojo.train.preflight, "host_memory_gib", lambda: 64.0)
+    monkeypatch.setattr(dojo.run.machine, "host_memory_gib", lambda: 64.0)
     with _gpus(H200):
         r = cli(*args, "--zero", "2", "--offload", "cpu", "--dry-run")
     assert "host RAM" not in r.stderr
