@@ -83,13 +83,12 @@ def _z3_largest_sub_group(spec: ModelSpec, s: Setup, p_t: int) -> float:
     tile = s.sub_group_size
     if p_t / n <= tile or s.method != "full":
         return min(p_t / n, tile)
-    sizes = [spec.vocab_size * spec.hidden_size]
+    sizes = [spec.embedding_params]
     for count, _, linears in spec.layer_kinds():
         sizes += [a * b for _, a, b, _ in linears] * count
     if spec.is_moe:  # the fused experts of each MoE layer, one parameter block per layer
         sizes += [spec.num_experts * spec.expert_params] * spec.moe_layers
-    if not spec.tied_embeddings:
-        sizes.append(spec.vocab_size * spec.hidden_size)
+    sizes += [spec.head_params] if spec.head_params else []
     largest = group = 0
     for size in sizes:
         group += -(-size // n)  # partition_numel: ceil(numel / world)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dojo.errors import LaunchError
+from dojo.zero.build import SUB_GROUP_SIZE
 
 RESUME_KEYS: dict[str, str] = {
     "method": "--method",
@@ -54,7 +55,7 @@ def flat(record: dict[str, Any]) -> dict[str, Any]:
         # ZeRO-3 shards the fp32 optimizer state by this tile: another tile cannot load it. A
         # record from before dojo wrote it ran DeepSpeed's 1e9.
         "sub_group_size": run.get(
-            "sub_group_size", 1_000_000_000 if run.get("zero") == 3 else None
+            "sub_group_size", SUB_GROUP_SIZE if run.get("zero") == 3 else None
         ),
         "model_kind": record.get("model_kind"),
         "model_path": paths.get("model"),
