@@ -8,6 +8,7 @@ from typing import Literal
 
 from dojo.errors import EstimateError
 from dojo.modelspec import ModelSpec
+from dojo.zero.build import hf_auto_prefetch, hf_auto_reduce_bucket
 
 Method = Literal["full", "lora", "qlora"]
 Offload = Literal["none", "cpu", "nvme"]
@@ -171,16 +172,16 @@ class Setup:
         return self.method == "qlora" and not self.deepspeed and self.fp32_adapters
 
     def reduce_bucket(self, spec: ModelSpec) -> int:
-        # HF trainer_config_finalize: "auto" reduce_bucket_size = hidden_size * hidden_size.
-        return self.bucket_size if self.bucket_size is not None else spec.hidden_size**2
+        """As written, or HF's "auto" (dojo.zero.build.hf_auto_reduce_bucket)."""
+        if self.bucket_size is not None:
+            return self.bucket_size
+        return hf_auto_reduce_bucket(spec.hidden_size)
 
     def prefetch_size(self, spec: ModelSpec) -> int:
-        # HF trainer_config_finalize: "auto" stage3_prefetch_bucket_size = int(0.9 * h * h).
-        return (
-            self.prefetch_bucket
-            if self.prefetch_bucket is not None
-            else int(0.9 * spec.hidden_size**2)
-        )
+        """As written, or HF's "auto" (dojo.zero.build.hf_auto_prefetch)."""
+        if self.prefetch_bucket is not None:
+            return self.prefetch_bucket
+        return hf_auto_prefetch(spec.hidden_size)
 
 
 def _range_checks(s: Setup) -> list[tuple[bool, str, str]]:

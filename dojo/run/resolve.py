@@ -12,7 +12,7 @@ from dojo.run.catalog import BNB_OPTIMS, OPTIONS
 from dojo.run.machine import Machine
 from dojo.run.resolved import ResolvedRun, target_names
 from dojo.zero.build import DS_BUCKET_DEFAULT as DS_BUCKET
-from dojo.zero.build import Z3_MAX_LEAF, sub_group_size
+from dojo.zero.build import Z3_MAX_LEAF, hf_auto_reduce_bucket, sub_group_size
 from dojo.zero.rules import offload_problems
 
 
@@ -146,7 +146,7 @@ def _zero_sizes(
     bucket = v["bucket_size"]
     if bucket == "auto":
         full = method == "full" and zero in (1, 2, 3)
-        bucket = big if full else (hidden * hidden if hidden else None)  # else HF's "auto"
+        bucket = big if full else (hf_auto_reduce_bucket(hidden) if hidden else None)  # else "auto"
         if adapter and zero in (1, 2):
             # Every adapter grad in one bucket: one reduce per step instead of one per h^2
             # elements, each of which (with overlap_comm) synchronises the whole device.

@@ -197,6 +197,17 @@ def build_ds_config(cfg: ZeroConfig) -> dict[str, Any]:
     return ds
 
 
+def hf_auto_reduce_bucket(hidden: int) -> int:
+    """transformers trainer_config_finalize's "auto" reduce_bucket_size: hidden_size^2."""
+    return hidden * hidden
+
+
+def hf_auto_prefetch(hidden: int) -> int:
+    """transformers trainer_config_finalize's "auto" stage3_prefetch_bucket_size: 0.9 x hidden^2
+    (at least 1 element)."""
+    return max(1, int(0.9 * hidden * hidden))
+
+
 def sub_group_size(offload: str) -> int:
     """The ZeRO-3 tile dojo writes: SUB_GROUP_GPU, or DeepSpeed's own with optimizer offload."""
     return SUB_GROUP_SIZE if offload != "none" else SUB_GROUP_GPU
@@ -244,7 +255,11 @@ def _zero_section(cfg: ZeroConfig) -> dict[str, Any]:
     if cfg.stage == 0:
         return {"stage": 0}
     h = cfg.hidden_size
-    reduce = cfg.bucket_size if cfg.bucket_size is not None else (h * h if h else None)
+    reduce = (
+        cfg.bucket_size
+        if cfg.bucket_size is not None
+        else (hf_auto_reduce_bucket(h) if h else None)
+    )
     optim = _offload_block(cfg.offload, cfg.nvme_path, param=False)
     if cfg.stage in (1, 2):
         return {
@@ -274,7 +289,7 @@ def _zero_section(cfg: ZeroConfig) -> dict[str, Any]:
         # else "auto" comes from TrainingArguments.
         "reduce_bucket_size": _auto_or(reduce),
         "stage3_prefetch_bucket_size": _auto_or(
-            cfg.prefetch_bucket or (max(1, int(0.9 * h * h)) if h else None)
+            cfg.prefetch_bucket or (hf_auto_prefetch(h) if h else None)
         ),
         "stage3_param_persistence_threshold": _auto_or(10 * h if h else None),
         "stage3_max_live_parameters": MAX_LIVE_PARAMETERS,

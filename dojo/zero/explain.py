@@ -10,6 +10,8 @@ Source for the precedence rules: transformers 5.24 ``integrations/deepspeed.py``
 
 from typing import Any
 
+from dojo.zero.build import hf_auto_reduce_bucket
+
 DEFAULT_HF_OPTIM = "adamw_torch_fused"
 """TrainingArguments.optim default in transformers 5.24 with torch >= 2.8 (else adamw_torch)."""
 DEFAULT_HF_SCHEDULER = "linear"
@@ -142,7 +144,7 @@ def explain_overlap_comm(ds_config: dict[str, Any], hidden_size: int | None = No
     note = ""
     if rbs == "auto":
         h = hidden_size or EXAMPLE_HIDDEN
-        rbs = h * h
+        rbs = hf_auto_reduce_bucket(h)
         note = (
             ""
             if hidden_size
