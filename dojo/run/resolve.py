@@ -90,8 +90,13 @@ def resolve(
     compile_ = v["compile"] == "on"
     liger = _switch(v["liger"], cuda and machine.liger and not compile_)
     if v["liger"] == "auto":
-        said.append(f"liger {'on' if liger else 'off'}: " + (
-            "CUDA with liger-kernel" if liger else "--compile on: the two gave NaN losses together (docs/benchmarks.md)" if compile_ and cuda and machine.liger else "needs CUDA and liger-kernel (pip install 'dojo[gpu]')"))  # fmt: skip
+        if liger:
+            why = "CUDA with liger-kernel"
+        elif cuda and machine.liger:  # off only because of --compile on
+            why = "--compile on: the two gave NaN losses together (docs/benchmarks.md)"
+        else:
+            why = "needs CUDA and liger-kernel (pip install 'dojo[gpu]')"
+        said.append(f"liger {'on' if liger else 'off'}: {why}")
     if v["compile"] == "auto":
         said.append("compile off: with Liger it gave NaN losses on the H200 (docs/benchmarks.md); "
                     "--compile on (Liger then off) to use it")  # fmt: skip
