@@ -123,7 +123,7 @@ def default_zero(row: Row, spec: Any) -> dict[str, Any]:
 
     values = {"method": row.method, "zero": stage, "offload": row.offload,
               "optimizer": "ds" if row.offload != "none" else "hf"}  # fmt: skip
-    machine = Machine(cuda=True, gpu_ids=(0,), liger=True, triton=True)
+    machine = Machine(cuda=True, gpu_ids=(0,), liger=True)
     run = resolve.resolve(values, machine=machine, spec=spec, gpus=(0,), given=set(values))
     return dict(render.ds_config(run, spec)["zero_optimization"])
 
