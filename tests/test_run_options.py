@@ -174,11 +174,61 @@ def test_liger_and_compile_auto_follow_the_machine() -> None:
     assert run_of(rich).liger and not run_of(rich).compile  # auto: off (NaN losses, session 6)
     both = run_of(rich, compile="on")  # compile asked for: Liger's auto steps aside
     assert both.compile and not both.liger
-    assert any("liger off: --compile on" in a for a in both.assumed)
+    assert any("liger off: compile on" in a for a in both.assumed)
     with pytest.raises(ConfigError, match="--compile on with --liger on"):
         run_of(rich, compile="on", liger="on")
     assert not run_of(rich, liger="off").liger
     assert not run_of(CPU).liger
+
+
+def test_compile_auto_is_on_only_where_it_was_measured_to_pay() -> None:
+    rich = dataclasses.replace(CUDA, liger=True)
+    lora = {"method": "lora", "packing": True}
+    on = run_of(rich, **lora)  # session 7's T3: LoRA ZeRO-2, packed, no checkpointing
+    assert on.compile and not on.liger
+    assert any(a.startswith("compile on: LoRA at ZeRO 0-2") for a in on.assumed)
+    assert any("liger off: compile on" in a for a in on.assumed)
+    assert run_of(rich, zero=0, **lora).compile
+    for other in (
+        {"packing": False},  # padded batches change shape: recompiles, not measured
+        {"grad_ckpt": True},
+        {"zero": 3},
+        {"method": "qlora"},
+        {"method": "full"},  # bought nothing (T1)
+        {"offload": "cpu"},
+        {"liger": "on"},  # asked for: the pair gave NaN losses
+        {"compile": "off"},
+    ):
+        run = run_of(rich, **{**lora, **other})
+        assert not run.compile, other
+    assert not run_of(CPU, **lora).compile
+    assert run_of(rich, liger="off", **lora).compile  # Liger refused: compile still pays
+
+
+def test_compile_auto_steps_aside_when_the_run_no_longer_fits() -> None:
+    """Without Liger the logits are fp32 again; where that does not fit, Liger comes back."""
+    from dojo.modelspec import resolve_model
+    from dojo.run import autofit
+
+    rich = dataclasses.replace(CUDA, liger=True)
+    spec = resolve_model("llama-3.2-1b")
+    lora = {"method": "lora", "packing": True, "micro_batch": 4, "seq_len": 2048}
+    vals = values(**lora)
+
+    def again(v: dict) -> ResolvedRun:
+        return resolve.resolve(v, machine=rich, spec=spec, given=set(lora))
+
+    first = again(vals)
+    assert first.compile
+    assert autofit.fit_compile(vals, first, spec, 139.8, again) is first  # fits on an H200
+    assert autofit.fit_compile(vals, first, spec, None, again) is first  # memory unknown
+    small = autofit.fit_compile(vals, first, spec, 24.0, again)  # a 24 GB card
+    assert small.liger and not small.compile
+    why = [a for a in small.assumed if a.startswith("compile ")]
+    assert len(why) == 1 and "Liger's fused loss needs less" in why[0] and "24.0 GiB" in why[0]
+    asked = values(**lora, compile="on", liger="off")
+    kept = resolve.resolve(asked, machine=rich, spec=spec, given={*lora, "compile", "liger"})
+    assert autofit.fit_compile(asked, kept, spec, 24.0, again) is kept  # the user's choice stays
 
 
 def test_round_trip_through_json() -> None:

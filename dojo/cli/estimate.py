@@ -115,15 +115,20 @@ def plan_runs(
     given: set[str],
     zero_all: bool,
 ) -> list["ResolvedRun"]:
-    """One resolved run per row: the stage asked, or every stage bare and with CPU offload."""
-    from dojo.run import resolve
+    """One resolved run per row: the stage asked, or every stage bare and with CPU offload.
+    Each is the run dojo train would launch, compile's memory rule included (dojo.run.autofit)."""
+    from dojo.run import autofit, resolve
+
+    def one(vals: dict[str, Any]) -> "ResolvedRun":
+        def again(v: dict[str, Any]) -> "ResolvedRun":
+            return resolve.resolve(
+                v, machine=target, spec=spec, gpus_per_node=gpus_per_node, given=given
+            )
+
+        return autofit.fit_compile(vals, again(vals), spec, target.gpu_memory_gib, again)
 
     if not zero_all:
-        return [
-            resolve.resolve(
-                values, machine=target, spec=spec, gpus_per_node=gpus_per_node, given=given
-            )
-        ]
+        return [one(values)]
     combos: list[tuple[int, str, str]] = []
     off, off_p = values["offload"], values["offload_param"]
     for st in (0, 1, 2, 3):
@@ -140,13 +145,4 @@ def plan_runs(
             continue
         else:
             combos.append((st, off if st else "none", off_p if st == 3 else "none"))
-    return [
-        resolve.resolve(
-            {**values, "zero": st, "offload": o, "offload_param": p},
-            machine=target,
-            spec=spec,
-            gpus_per_node=gpus_per_node,
-            given=given,
-        )
-        for st, o, p in combos
-    ]
+    return [one({**values, "zero": st, "offload": o, "offload_param": p}) for st, o, p in combos]

@@ -86,18 +86,25 @@ def resolve(
     # torch 2.11 + liger-kernel 0.8.5; session 6), and DeepSpeed's overflow check had been skipping
     # those steps, which is where the speed compile seemed to add came from. Either alone trains
     # (the same run's losses match the plain script's), so --compile on turns Liger's "auto" off
-    # (both "on" is refused in _problems) and compile's own "auto" is off.
-    compile_ = v["compile"] == "on"
+    # (both "on" is refused in _problems). Compile's own "auto" is on only where it was measured
+    # to pay (compile_auto_pays); dojo train and dojo estimate turn it off again when the run
+    # then no longer fits (dojo.run.autofit).
+    auto_compile = v["compile"] == "auto" and compile_auto_pays(v, cuda)
+    compile_ = v["compile"] == "on" or auto_compile
     liger = _switch(v["liger"], cuda and machine.liger and not compile_)
     if v["liger"] == "auto":
         if liger:
             why = "CUDA with liger-kernel"
-        elif cuda and machine.liger:  # off only because of --compile on
-            why = "--compile on: the two gave NaN losses together (docs/benchmarks.md)"
+        elif cuda and machine.liger:  # off only because compile is on
+            why = "compile on: the two gave NaN losses together (docs/benchmarks.md)"
         else:
             why = "needs CUDA and liger-kernel (pip install 'dojo[gpu]')"
         said.append(f"liger {'on' if liger else 'off'}: {why}")
-    if v["compile"] == "auto":
+    if auto_compile:
+        said.append(
+            f"compile on: {COMPILE_AUTO_WHY}; --compile off keeps Liger's smaller loss memory"
+        )
+    elif v["compile"] == "auto":
         said.append("compile off: with Liger it gave NaN losses on the H200 (docs/benchmarks.md); "
                     "--compile on (Liger then off) to use it")  # fmt: skip
     adapter = _adapter_params(v, spec)
@@ -135,6 +142,31 @@ def resolve(
         save_total_limit=v["save_total_limit"], save_model=v["save_model"],
         assumed=tuple(said), **loop,
     )  # fmt: skip
+
+
+COMPILE_AUTO_WHY = (
+    "LoRA at ZeRO 0-2 with packed rows is host-bound (many small kernels per layer); regional "
+    "compile ran 1.58x the plain script against 1.29x with Liger (1B, 4 x 2048, H200; "
+    "docs/benchmarks.md, session 7)"
+)
+
+
+def compile_auto_pays(v: dict[str, Any], cuda: bool) -> bool:
+    """--compile auto: on for the one kind of run where it was measured to pay (session 7, T3):
+    LoRA at ZeRO 0-2, optimizer on the GPU, packed rows (one shape: no recompiles), no
+    checkpointing, on CUDA, Liger not asked for (the two together gave NaN losses). Not QLoRA,
+    ZeRO-3 or checkpointing: not measured. Not full fine-tuning: it bought nothing there
+    (T1: 48,920 against 49,710 tokens/s without it)."""
+    return (
+        cuda
+        and v["method"] == "lora"
+        and v["zero"] is not None
+        and v["zero"] <= 2
+        and v["offload"] == "none"
+        and bool(v["packing"])
+        and not v["grad_ckpt"]
+        and v["liger"] != "on"
+    )
 
 
 def _zero_sizes(
