@@ -163,7 +163,8 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     # DeepSpeed's 1e9 ZeRO-3 sub-group (dojo's is now 1e8 without offload), as A/B variants.
     "dojo-overflow-check": (["--overflow-check"], {}),
     "dojo-sub1e9": (["--sub-group-size", "1e9"], {}),
-    "dojo-compile-off": (["--compile", "off"], {}),  # the default since 9d45489
+    # compile off: the default since 9d45489, except packed LoRA at ZeRO 0-2 (compile auto on, session 7)
+    "dojo-compile-off": (["--compile", "off"], {}),
     "dojo-compile-liger-off": (["--compile", "on", "--liger", "off"], {}),
     "dojo-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
     "baseline-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
