@@ -70,7 +70,8 @@ def setup_for(m: dict[str, Any]) -> Setup:
         prefetch_bucket=prefetch if stage == 3 else None,
         optim=optim if optim in OPTIMS else "adamw",  # auto = adamw_torch_fused: fp32 m, v
         adapter_dtype="auto",  # PEFT's fp32 adapters, as far as DeepSpeed casts them
-        expandable_segments=bool(p.get("expandable")),  # rows of session 5 on (matrix_rows_s4.Row)
+        # rows of session 5 on (matrix_rows_s4.Row); session 8's give the whole allocator config
+        expandable_segments=bool(p.get("expandable")) or "expandable" in str(p.get("alloc", "")),
         # dojo's 1e8 ZeRO-3 tile from session 6; earlier rows and the plain script ran 1e9
         sub_group_size=int(float(zo.get("sub_group_size", 1e9))),
         gpu_memory_gib=H200_GIB,

@@ -53,6 +53,7 @@ ROW_FILES = {
     "s5": "matrix_rows_s5",
     "s6": "matrix_rows_s6",
     "s7": "matrix_rows_s7",
+    "s8": "matrix_rows_s8",
 }
 
 
@@ -129,7 +130,11 @@ def default_zero(row: Row, spec: Any) -> dict[str, Any]:
 
 
 def alloc_env(row: Row) -> dict[str, str]:
-    """A row with expandable=True runs under PyTorch's expandable segments (either system)."""
+    """A row with expandable=True runs under PyTorch's expandable segments (either system); a
+    session-8 row's alloc is the whole PYTORCH_CUDA_ALLOC_CONF."""
+    conf = getattr(row, "alloc", "")
+    if conf:
+        return {"PYTORCH_CUDA_ALLOC_CONF": conf}
     on = getattr(row, "expandable", False)
     return {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if on else {}
 
