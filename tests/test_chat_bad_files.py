@@ -201,7 +201,13 @@ def test_fifo_messages_with_a_writer_still_work(cli, tmp_path: Path) -> None:
         with no_hang():
             r = cli("chat-template", "render", "--template", "chatml", "--messages", str(fifo))
     finally:
-        os.waitpid(pid, 0)
+        # If our read was over before the writer opened the pipe (EOF, the second case below), its
+        # open() waits for a reader forever (a CI run hung here): be that reader, then reap it.
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            os.waitpid(pid, 0)
+        finally:
+            os.close(reader)
     assert r.exit_code in (0, 1), r.stderr
     if r.exit_code == 0:  # the writer was in time
         assert r.stdout.startswith("<|im_start|>user\nhi")
