@@ -6,6 +6,7 @@ dojo a session earlier: nothing on the CPU had imported bench/memory_parallel.py
 
 import importlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,16 +15,17 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
 @pytest.fixture(scope="module")
-def bench() -> object:
+def bench() -> Iterator[None]:
+    """bench/ on sys.path, as the scripts put it there themselves when run."""
     pytest.importorskip("psutil")  # memory_parallel samples process trees with it
     sys.path.insert(0, str(BENCH))
     try:
-        yield importlib
+        yield
     finally:
         sys.path.remove(str(BENCH))
 
 
-def test_every_memory_row_resolves_to_an_estimate(bench: object) -> None:
+def test_every_memory_row_resolves_to_an_estimate(bench: None) -> None:
     """What bench/memory_parallel.py does for each row before it launches anything."""
     parallel = importlib.import_module("memory_parallel")
     heldout = importlib.import_module("memory_heldout")
@@ -39,7 +41,7 @@ def test_every_memory_row_resolves_to_an_estimate(bench: object) -> None:
             assert e.gpu_total_gib > 0, r.label()
 
 
-def test_speed_variants_pass_only_real_train_flags(bench: object) -> None:
+def test_speed_variants_pass_only_real_train_flags(bench: None) -> None:
     throughput = importlib.import_module("throughput")
     from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS
 
