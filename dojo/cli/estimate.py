@@ -119,12 +119,12 @@ def plan_runs(
     Each is the run dojo train would launch, compile's memory rule included (dojo.run.autofit)."""
     from dojo.run import autofit, resolve
 
-    def one(vals: dict[str, Any]) -> "ResolvedRun":
-        def again(v: dict[str, Any]) -> "ResolvedRun":
-            return resolve.resolve(
-                v, machine=target, spec=spec, gpus_per_node=gpus_per_node, given=given
-            )
+    def again(v: dict[str, Any]) -> "ResolvedRun":
+        return resolve.resolve(
+            v, machine=target, spec=spec, gpus_per_node=gpus_per_node, given=given
+        )
 
+    def one(vals: dict[str, Any]) -> "ResolvedRun":
         return autofit.fit_compile(vals, again(vals), spec, target.gpu_memory_gib, again)
 
     if not zero_all:
