@@ -7,12 +7,12 @@ import pytest
 
 from dojo.errors import DojoError
 
+pytest.importorskip("transformers")  # the worker's callbacks subclass its TrainerCallback
+from dojo.train.worker.callbacks import StopOnNonFinite  # noqa: E402
+
 
 @pytest.mark.parametrize("loss", [float("nan"), float("inf"), float("-inf")])
 def test_non_finite_loss_stops_with_one_error(loss: float) -> None:
-    pytest.importorskip("transformers")
-    from dojo.train.worker.callbacks import StopOnNonFinite
-
     state = SimpleNamespace(global_step=17)
     with pytest.raises(DojoError) as e:
         StopOnNonFinite().on_log(None, state, None, logs={"loss": loss, "learning_rate": 1e-4})
@@ -21,9 +21,6 @@ def test_non_finite_loss_stops_with_one_error(loss: float) -> None:
 
 
 def test_the_hint_names_the_last_finite_step() -> None:
-    pytest.importorskip("transformers")
-    from dojo.train.worker.callbacks import StopOnNonFinite
-
     cb = StopOnNonFinite()
     cb.on_log(None, SimpleNamespace(global_step=10), None, logs={"loss": 3.0})
     with pytest.raises(DojoError) as e:
@@ -32,9 +29,6 @@ def test_the_hint_names_the_last_finite_step() -> None:
 
 
 def test_finite_and_other_logs_pass() -> None:
-    pytest.importorskip("transformers")
-    from dojo.train.worker.callbacks import StopOnNonFinite
-
     cb, state = StopOnNonFinite(), SimpleNamespace(global_step=3)
     cb.on_log(None, state, None, logs={"loss": 2.5})
     cb.on_log(None, state, None, logs={"eval_loss": float("nan")})  # eval is reported, not fatal
