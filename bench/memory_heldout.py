@@ -71,12 +71,19 @@ def setup_for(m: dict[str, Any]) -> Setup:
         optim=optim if optim in OPTIMS else "adamw",  # auto = adamw_torch_fused: fp32 m, v
         adapter_dtype="auto",  # PEFT's fp32 adapters, as far as DeepSpeed casts them
         # rows of session 5 on (matrix_rows_s4.Row); session 8's give the whole allocator config
-        expandable_segments=bool(p.get("expandable")) or "expandable" in str(p.get("alloc", "")),
+        expandable_segments=expandable(p),
+        compile=p.get("compile") == "on" and not plain,  # Row.compile: "off" unless a row sets it
         # dojo's 1e8 ZeRO-3 tile from session 6; earlier rows and the plain script ran 1e9
         sub_group_size=int(float(zo.get("sub_group_size", 1e9))),
         gpu_memory_gib=H200_GIB,
         cpu_memory_gib=HOST_GIB,
     )
+
+
+def expandable(p: dict[str, Any]) -> bool:
+    """A row ran under expandable segments: ``expandable`` (session 5 on) or an ``alloc`` that
+    sets it (session 8 on)."""
+    return bool(p.get("expandable")) or "expandable_segments:True" in str(p.get("alloc", ""))
 
 
 def measured_device(m: dict[str, Any]) -> float | None:

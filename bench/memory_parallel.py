@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from matrix_rows import Row  # noqa: E402
+from memory_heldout import expandable  # noqa: E402
 from memory_heldout import setup_for as heldout_setup  # noqa: E402
 from memory_matrix import host_used, make_data, prepare_model, synthetic_chat  # noqa: E402
 
@@ -54,6 +55,7 @@ ROW_FILES = {
     "s6": "matrix_rows_s6",
     "s7": "matrix_rows_s7",
     "s8": "matrix_rows_s8",
+    "s9": "matrix_rows_s9",
 }
 
 
@@ -102,6 +104,8 @@ def command(row: Row, model: Path, work: Path, run_dir: Path) -> list[str]:
         "--seq-len", str(row.seq_len), "--packing" if row.packing else "--no-packing",
         "--max-steps", str(STEPS), "--save-steps", "0", "--liger", "on" if row.liger else "off",
         "--grad-ckpt" if row.grad_ckpt else "--no-grad-ckpt", "--compile", row.compile,
+        # explicit both ways (dojo's auto is on from session 8): the row says which allocator
+        "--expandable-segments", "on" if expandable(dataclasses.asdict(row)) else "off",
         "--no-save-model", "--output-dir", str(run_dir), "--force",
         *(["--optimizer", "ds"] if row.offload != "none" else []),
         *(["--optim", optim] if optim != "auto" else []),

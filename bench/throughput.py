@@ -149,8 +149,10 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "dojo-nonreentrant": ([], {"DOJO_BENCH_ARGS": json.dumps(_NONREENTRANT)}),  # the old default
     "dojo-overlap-off": (["--no-overlap-comm"], {}),
     # PyTorch's expandable segments: the caching allocator maps freed pages for the next large
-    # request instead of keeping a segment per size (the estimator's reserve term is then 0).
+    # request instead of keeping a segment per size. dojo's default on CUDA from session 8
+    # (dojo-expandable is then the same run as dojo); dojo-expandable-off is the old allocator.
     "dojo-expandable": ([], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    "dojo-expandable-off": (["--expandable-segments", "off"], {}),
     "dojo-overlap-on": (["--overlap-comm"], {}),
     "dojo-flce-reentrant": (
         [],

@@ -414,6 +414,32 @@ def test_allocator_reserve_is_what_the_step_cannot_reuse() -> None:
     assert grown.fragmentation == 0 and grown.allocated == big.allocated
 
 
+def test_expandable_segments_keep_part_of_one_fp32_logits_block_without_liger() -> None:
+    """Sessions 6 and 8 (H200): without Liger, reserved - allocated under expandable segments
+    was 0.54-0.73 fp32 logits blocks on 7 of 8 rows; the default allocator held up to 3.7."""
+    l1 = resolve_model("llama-3.2-1b")
+    kw = {"stage": 2, "method": "lora", "micro_batch": 2, "seq_len": 4096, "packing": True}
+    grown = estimate(l1, Setup(expandable_segments=True, **kw))
+    block = 4 * 2 * 4096 * l1.vocab_size
+    assert grown.fragmentation == pytest.approx(0.6 * block, rel=1e-6)
+    default = estimate(l1, Setup(**kw))
+    assert default.fragmentation > 2 * block  # the loss blocks twice
+    assert grown.allocated == default.allocated
+    liger = estimate(l1, Setup(expandable_segments=True, liger=True, **kw))
+    assert liger.fragmentation == 0
+
+
+def test_compile_keeps_silu_gate_out_of_the_saved_activations() -> None:
+    """Inductor recomputes silu(gate) as Liger's SwiGLU does (session 8 compile rows)."""
+    l1 = resolve_model("llama-3.2-1b")
+    kw = {"stage": 2, "method": "lora", "micro_batch": 4, "seq_len": 2048, "packing": True}
+    eager = estimate(l1, Setup(**kw))
+    compiled = estimate(l1, Setup(compile=True, **kw))
+    saved = 2 * l1.intermediate_size * 4 * 2048 * l1.num_layers
+    assert eager.allocated - compiled.allocated == pytest.approx(saved, rel=1e-6)
+    assert compiled.logits == eager.logits  # the loss is not compiled: fp32 logits stay
+
+
 def test_lora_offload_reserve_scales_with_trainable_params() -> None:
     # Issue 12: 70B LoRA ZeRO-2 on 8 GPUs with offload showed 70 GiB of "overhead" (the full
     # fine-tune's offload slack applied to LoRA's activations).

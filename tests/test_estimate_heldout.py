@@ -27,6 +27,10 @@ def test_plain_rows_have_no_liger_or_packing_and_no_deepspeed_below_zero() -> No
     assert d.liger and d.packing and d.deepspeed and d.bucket_size == 500_000_000 and d.overlap
     assert not d.expandable_segments
     assert heldout.setup_for(_row(expandable=True)).expandable_segments  # the row's allocator
+    assert heldout.setup_for(_row(alloc="expandable_segments:True")).expandable_segments  # s8 on
+    assert not heldout.setup_for(_row(alloc="max_split_size_mb:256")).expandable_segments
+    assert heldout.setup_for(_row(compile="on", liger=False)).compile
+    assert not heldout.setup_for(_row(system="plain", compile="on")).compile
 
 
 def test_verdict_right_needs_does_not_fit_for_oom(

@@ -293,3 +293,43 @@ def test_deeply_nested_data_rows_are_refused(tmp_path: Path) -> None:
     )
     report = read_rows([str(inner)])
     assert not report.rows and "nested deeper than 64 levels" in report.bad[0][1]
+
+
+def test_expandable_segments_auto_is_on_with_cuda_unless_the_environment_says() -> None:
+    on = run_of(CUDA)
+    assert on.expandable_segments
+    assert any(a.startswith("expandable segments on: ") for a in on.assumed)
+    assert not run_of(CPU).expandable_segments  # a CUDA allocator setting
+    assert not run_of(CUDA, expandable_segments="off").expandable_segments
+    for conf, want in (("expandable_segments:False", False), ("max_split_size_mb:256", True),
+                       ("garbage_collection_threshold:0.6,expandable_segments:True", True)):  # fmt: skip
+        run = run_of(dataclasses.replace(CUDA, alloc_conf=conf))
+        assert run.expandable_segments is want, conf
+    said = run_of(dataclasses.replace(CUDA, alloc_conf="expandable_segments:False")).assumed
+    assert "expandable segments off: PYTORCH_CUDA_ALLOC_CONF says so" in said
+
+
+def test_expandable_segments_contradictions_are_refused() -> None:
+    with pytest.raises(ConfigError, match="--expandable-segments on needs CUDA") as e:
+        run_of(CPU, expandable_segments="on")
+    assert "auto or off" in (e.value.hint or "")
+    no = dataclasses.replace(CUDA, alloc_conf="expandable_segments:False")
+    with pytest.raises(ConfigError, match="says expandable_segments:False"):
+        run_of(no, expandable_segments="on")
+    yes = dataclasses.replace(CUDA, alloc_conf="expandable_segments:True")
+    with pytest.raises(ConfigError, match="--expandable-segments off but PYTORCH_CUDA_ALLOC_CONF"):
+        run_of(yes, expandable_segments="off")
+    assert run_of(yes, expandable_segments="on").expandable_segments  # the two agree
+
+
+def test_alloc_conf_parsing() -> None:
+    from dojo.run.machine import conf_expandable, with_expandable
+
+    assert conf_expandable(None) is None and conf_expandable("") is None
+    assert conf_expandable("expandable_segments:True") is True
+    assert conf_expandable("max_split_size_mb:128, expandable_segments:False") is False
+    assert with_expandable(None) == "expandable_segments:True"
+    assert (
+        with_expandable("max_split_size_mb:128") == "max_split_size_mb:128,expandable_segments:True"
+    )
+    assert with_expandable("expandable_segments:False") == "expandable_segments:False"  # theirs

@@ -1,8 +1,8 @@
 """``dojo estimate``: GPU and host memory of the run ``dojo train`` would launch with the same options.
 
 By default it describes dojo train on a CUDA machine with dojo's GPU extras (this machine when it
-has GPUs); ``--liger off --compile off --no-packing`` describes a plain HF Trainer + DeepSpeed
-script. ``--zero all`` lists every stage, bare and with CPU offload (DeepSpeed's estimators' menu).
+has GPUs); ``--liger off --compile off --expandable-segments off --no-packing`` describes a plain
+HF Trainer + DeepSpeed script. ``--zero all`` lists every stage, bare and with CPU offload (DeepSpeed's estimators' menu).
 """
 
 from typing import TYPE_CHECKING, Annotated, Any
@@ -34,7 +34,7 @@ def estimate_cmd(
     \b
     dojo estimate --model 7b --zero 3
     dojo estimate --model llama-3.1-8b --zero all --micro-batch 4 --seq-len 4096 --grad-ckpt
-    dojo estimate --model 8b --method qlora --liger off --compile off --no-packing  # plain HF
+    dojo estimate --model 8b --method qlora --liger off --compile off --expandable-segments off --no-packing  # plain HF
     """
     from dojo import _output
     from dojo.errors import EstimateError

@@ -53,9 +53,11 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         # output (-8h by that count) and its SwiGLU keeps gate and up but not silu(gate) (-2i).
         # Measured on the H200 (docs/benchmarks.md rows 1-5) the layer saves 14h + 2i less.
         per_token -= int(cal.liger_full_saved_per_token_h * h) + 2 * i
-    elif s.liger:
+    elif s.liger or s.compile:
         # Frozen base: HF norms keep no weight-grad inputs there (already excluded above); only
-        # the SwiGLU saving applies.
+        # the SwiGLU saving applies. A compiled layer gets it too: Inductor's min-cut partitioner
+        # recomputes the cheap silu(gate) in the backward rather than keep it (session 8, five
+        # compile LoRA rows: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it).
         per_token -= 2 * i
     per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
     # Packed rows (position_ids restart, masking_utils find_packed_sequence_indices) always get a

@@ -318,10 +318,11 @@ def _allocator_reserve(
     block (2 B x T x V) is the largest transient of the backward phase: when the step is
     small (LoRA) it is what stays reserved (session-3 H200 "fit" rows: 2.16 GiB measured vs
     1.96 for Llama-3.2-1B LoRA, 6.71 vs max(6.91, 1.96) for full ZeRO-2).
-    expandable_segments maps the step into the pages the backward freed (no second set).
+    expandable_segments maps the step into the pages the backward freed (no second set); what
+    stays is a fraction of one fp32 logits block without Liger (Calibration), none with it.
     """
     if s.expandable_segments:
-        return 0.0
+        return s.calibration.expandable_logits_reserve * 2 * bf16_logits
     if s.offload_optimizer != "none":
         n = s.world_size
         return s.calibration.offload_reserve * (BF16 * p_t / n + FP32 * largest_t)

@@ -66,6 +66,12 @@ class Calibration:
     """fp32 upcast + log-softmax + its grad at the start of backward, bytes per logit (sec 3.3)."""
     loss_tail_bytes_per_th: float = 26.0
     """Final norm and lm_head input alive at the loss peak, bytes per token x hidden (sec 3.4)."""
+    expandable_logits_reserve: float = 0.6
+    """Expandable segments without Liger: reserved-but-free memory at the peak, in fp32 logits
+    blocks (4 B x tokens x vocab). Segments grow in place, so the step's flat transients reuse
+    the backward's pages and nothing is held twice, but the freed loss blocks still leave holes
+    that the next forward's smaller tensors split. Fitted on the 8 expandable rows without
+    Liger of sessions 6 and 8 (0.54-0.73, one Gemma-2 row 1.03; median 0.6)."""
     cpu_process_gib: float = 2.5
     """Host RAM of one training process before any model state (python, torch, CUDA libs,
     data): 2.8-3.1 GiB measured in total on the H200 rows without offload."""
@@ -124,7 +130,11 @@ class Setup:
     then steps the parameters in their own dtype: no fp32 master copy, no flatten buffers."""
     expandable_segments: bool = False
     """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in place, so a large
-    transient reuses the pages the backward freed instead of a new segment."""
+    transient reuses the pages the backward freed instead of a new segment (dojo train's
+    default on CUDA from session 8)."""
+    compile: bool = False
+    """torch.compile of each decoder layer (dojo's --compile): Inductor's partitioner recomputes
+    silu(gate) in the backward instead of saving it, as Liger's SwiGLU does."""
     gpu_memory_gib: float | None = None
     cpu_memory_gib: float | None = None
     """Host RAM per node; None = no host verdict."""

@@ -23,6 +23,8 @@ class Machine:
     liger: bool = False
     """liger-kernel importable (the dojo[gpu] extra)."""
     flash_attn: bool = False
+    alloc_conf: str | None = None
+    """PYTORCH_CUDA_ALLOC_CONF in this environment (the training processes inherit it)."""
     assumed: bool = False
     """True: not this machine, a CUDA machine with dojo's GPU extras installed."""
 
@@ -59,6 +61,7 @@ def local(present: list | None = None) -> Machine:  # type: ignore[type-arg]
         host_memory_gib=host_memory_gib(),
         liger=_has("liger_kernel"),
         flash_attn=_has("flash_attn"),
+        alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
     )
 
 
@@ -70,6 +73,23 @@ def for_plan(present: list | None = None, gpu_memory_gib: float | None = None) -
             return Machine(**{**here.__dict__, "gpu_memory_gib": gpu_memory_gib})
         return here
     return assumed_cuda(gpu_memory_gib)
+
+
+def conf_expandable(conf: str | None) -> bool | None:
+    """What a PYTORCH_CUDA_ALLOC_CONF says of expandable_segments: True, False, or None when it
+    does not say (c10's CUDAAllocatorConfig: comma-separated key:value pairs, True/False)."""
+    for pair in (conf or "").split(","):
+        key, _, value = pair.partition(":")
+        if key.strip() == "expandable_segments":
+            return value.strip() == "True"
+    return None
+
+
+def with_expandable(conf: str | None) -> str:
+    """``conf`` with expandable_segments:True added (it is added only where it does not say)."""
+    if conf_expandable(conf) is not None:
+        return conf or ""
+    return ",".join(p for p in (conf, "expandable_segments:True") if p)
 
 
 def host_memory_gib() -> float | None:

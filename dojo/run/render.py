@@ -58,6 +58,8 @@ def estimate_setup(
         lora_dropout=run.lora_dropout,
         attention=attention,  # type: ignore[arg-type]
         liger=run.liger,
+        compile=run.compile,
+        expandable_segments=run.expandable_segments,
         packing=run.packing,
         z3_leaf_layer=run.zero == 3 and bool(run.z3_leaf),
         prefetch_bucket=run.prefetch_bucket_size if run.zero == 3 else None,

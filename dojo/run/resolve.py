@@ -9,7 +9,7 @@ from typing import Any
 from dojo.errors import ConfigError
 from dojo.run import resolve_loop
 from dojo.run.catalog import BNB_OPTIMS, OPTIONS
-from dojo.run.machine import Machine
+from dojo.run.machine import Machine, conf_expandable
 from dojo.run.resolved import ResolvedRun, target_names
 from dojo.zero.build import DS_BUCKET_DEFAULT as DS_BUCKET
 from dojo.zero.build import Z3_MAX_LEAF, hf_auto_reduce_bucket, sub_group_size
@@ -41,6 +41,7 @@ def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tupl
             out.append(
                 (f"{flag} on needs CUDA GPUs (Triton kernels)", f"use {flag} auto or off here")
             )
+    out += _expandable_problems(v.get("expandable_segments", "auto"), machine)
     if v.get("precision") == "fp16" and not machine.cuda:
         out.append(("--precision fp16 needs a GPU", "use --precision fp32 or bf16 on the CPU"))
     if optim in BNB_OPTIMS and not machine.cuda:
@@ -107,6 +108,7 @@ def resolve(
     elif v["compile"] == "auto":
         said.append("compile off: with Liger it gave NaN losses on the H200 (docs/benchmarks.md); "
                     "--compile on (Liger then off) to use it")  # fmt: skip
+    expandable = _expandable(v["expandable_segments"], machine, said)
     adapter = _adapter_params(v, spec)
     bucket, prefetch, leaf = _zero_sizes(v, spec, adapter, said)
     world = max(1, gpus_per_node) * v["num_nodes"] if world_known else None
@@ -126,7 +128,7 @@ def resolve(
         zero=zero, offload_optimizer=off if zero else "none", offload_param=offload_param,
         nvme_path=v["nvme_path"], overlap_comm=overlap, bucket_size=bucket,
         prefetch_bucket_size=prefetch, z3_leaf=leaf, sub_group_size=_sub_group(v, zero, off),
-        overflow_check=v["overflow_check"],
+        overflow_check=v["overflow_check"], expandable_segments=expandable,
         optimizer_from=v["optimizer"], scheduler_from=v["scheduler"], optim=optim,
         precision=precision, attn=attn, liger=liger, compile=compile_, packing=v["packing"],
         grad_ckpt=v["grad_ckpt"], micro_batch=v["micro_batch"], seq_len=v["seq_len"],
@@ -167,6 +169,40 @@ def compile_auto_pays(v: dict[str, Any], cuda: bool) -> bool:
         and not v["grad_ckpt"]
         and v["liger"] != "on"
     )
+
+
+EXPANDABLE_WHY = (
+    "without Liger the default allocator held up to 3.7 fp32 logits blocks reserved but free on "
+    "the H200, expandable segments about 0.6 (docs/estimate.md, session 8)"
+)
+
+
+def _expandable_problems(choice: str, machine: Machine) -> list[tuple[str, str]]:
+    said = conf_expandable(machine.alloc_conf)
+    if choice == "on" and not machine.cuda:
+        return [("--expandable-segments on needs CUDA GPUs (it is a CUDA allocator setting)",
+                 "use --expandable-segments auto or off here")]  # fmt: skip
+    if choice != "auto" and said is not None and said != (choice == "on"):
+        conf = machine.alloc_conf
+        return [(f"--expandable-segments {choice} but PYTORCH_CUDA_ALLOC_CONF={conf} says "
+                 f"expandable_segments:{said}", "drop one of the two: the flag or that setting")]  # fmt: skip
+    return []
+
+
+def _expandable(choice: str, machine: Machine, said: list[str]) -> bool:
+    """PyTorch's expandable segments for the training processes: as asked, else as
+    PYTORCH_CUDA_ALLOC_CONF says, else on with CUDA (the worker adds it to that variable)."""
+    if choice != "auto":
+        return choice == "on"
+    conf = conf_expandable(machine.alloc_conf)
+    if conf is not None:
+        said.append(f"expandable segments {'on' if conf else 'off'}: PYTORCH_CUDA_ALLOC_CONF "
+                    "says so")  # fmt: skip
+        return conf
+    if machine.cuda:
+        said.append(f"expandable segments on: {EXPANDABLE_WHY}; --expandable-segments off for "
+                    "PyTorch's default")  # fmt: skip
+    return machine.cuda
 
 
 def _zero_sizes(

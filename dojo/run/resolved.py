@@ -139,6 +139,9 @@ class ResolvedRun:
     """bf16.check_grad_overflow: skip a step whose gradients hold inf/NaN (DeepSpeed's default)."""
     sub_group_size: int | None = None
     """ZeRO-3 optimizer-step tile, elements; None = DeepSpeed's 1e9."""
+    expandable_segments: bool = False
+    """The worker runs PyTorch's CUDA allocator with expandable_segments:True (a run.json
+    written before this field ran with the default allocator, unless its environment said)."""
 
     @property
     def evaluates(self) -> bool:

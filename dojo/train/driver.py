@@ -188,7 +188,7 @@ def main(
 
     port = run.master_port or launch.free_port()
     cmd = launch.build_command(run, run_dir, p.devices, port)
-    env = launch.launch_env(p.devices)
+    env = launch.launch_env(p.devices, expandable=run.expandable_segments)
     for line in p.notes:
         _output.info(line)
     for line in run.assumed:
@@ -199,7 +199,7 @@ def main(
     model_path, tokenizer_path = _prepare_model(p, run_dir)
     rec = record(p, run_dir, model_path, tokenizer_path)
     _write_run_files(run_dir, rec, ds, force=force or run.resume, dry_run=dry_run)
-    shown = launch.format_command(cmd, env if p.devices.kind == "cpu" else None)
+    shown = launch.format_command(cmd, env)
     if dry_run:
         _output.info(f"run files: {run_dir / RECORD}, {run_dir / 'ds_config.json'}")
         _output.echo(shown)

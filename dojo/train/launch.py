@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dojo.run.machine import with_expandable
 from dojo.run.resolved import ResolvedRun
 
 WORKER_MODULE = "dojo.train.worker"
@@ -48,9 +49,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch_env(devices: Devices, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for the runner: on CPU, DeepSpeed's CPU accelerator with one slot per process."""
+def launch_env(
+    devices: Devices, base: dict[str, str] | None = None, expandable: bool = False
+) -> dict[str, str]:
+    """Environment for the runner: on CPU, DeepSpeed's CPU accelerator with one slot per process;
+    ``expandable``: PyTorch's expandable segments (the run's ``expandable_segments``), set before
+    the processes start, as axolotl's CLI does: the allocator reads it once, at CUDA's first use."""
     env = dict(os.environ if base is None else base)
+    if expandable:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = with_expandable(env.get("PYTORCH_CUDA_ALLOC_CONF"))
     if devices.kind == "cpu":
         # The runner counts CPU "devices" from LOCAL_SIZE (else NUMA nodes: usually 1), so
         # --include localhost:0,1 needs LOCAL_SIZE=2 (deepspeed/accelerator/cpu_accelerator.py).
@@ -103,7 +110,9 @@ def format_command(cmd: list[str], env: dict[str, str] | None = None) -> str:
     prefix = ""
     if env is not None:
         prefix = "".join(
-            f"{k}={shlex.quote(env[k])} " for k in ("DS_ACCELERATOR", "LOCAL_SIZE") if k in env
+            f"{k}={shlex.quote(env[k])} "
+            for k in ("DS_ACCELERATOR", "LOCAL_SIZE", "PYTORCH_CUDA_ALLOC_CONF")
+            if k in env
         )
     return prefix + shlex.join(cmd)
 

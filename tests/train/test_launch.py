@@ -264,3 +264,18 @@ def test_ctrl_c_stops_whole_group_exit_130(tmp_path: Path) -> None:
 def test_exit_code_is_forwarded() -> None:
     assert launch.run([sys.executable, "-c", "import sys; sys.exit(7)"]) == 7
     assert launch.run([sys.executable, "-c", "pass"]) == 0
+
+
+def test_expandable_segments_reach_the_ranks_environment() -> None:
+    cuda = Devices("cuda", (0,))
+    assert launch.launch_env(cuda, base={}, expandable=True)["PYTORCH_CUDA_ALLOC_CONF"] == (
+        "expandable_segments:True"
+    )
+    mine = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}
+    env = launch.launch_env(cuda, base=mine, expandable=True)
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:64,expandable_segments:True"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in launch.launch_env(cuda, base={})
+    shown = launch.format_command(["deepspeed", "x"], env)
+    assert shown.startswith(
+        "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64,expandable_segments:True "
+    )

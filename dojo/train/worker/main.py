@@ -23,6 +23,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Traine
 from transformers.trainer_callback import PrinterCallback
 
 from dojo.errors import DojoError
+from dojo.run.machine import conf_expandable
 from dojo.run.resolved import ResolvedRun
 from dojo.train import rank_status
 from dojo.train.preflight import has_weights
@@ -332,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     # "Loading weights" / "Writing model shards" bars would repeat once per rank.
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     job = load_job(args.config)
+    if job.run.expandable_segments and job.run.device == "cuda":
+        expandable_segments()
     rank = _record_rank_state(job)
     try:
         rc = train(job)
@@ -345,6 +348,14 @@ def main(argv: list[str] | None = None) -> int:
         raise
     rank_status.write(job.run_dir, rank, "done")
     return rc
+
+
+def expandable_segments() -> None:
+    """PyTorch's expandable segments, when this process's environment lacks what `dojo train`
+    set: DeepSpeed's multi-node launcher exports only some variables to the other nodes (its
+    EXPORT_ENVS and .deepspeed_env), not PYTORCH_CUDA_ALLOC_CONF. Nothing is on the GPU yet."""
+    if conf_expandable(os.environ.get("PYTORCH_CUDA_ALLOC_CONF")) is None:
+        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
 
 
 def train(job: Job) -> int:
