@@ -2,7 +2,8 @@
 
 By default it describes dojo train on a CUDA machine with dojo's GPU extras (this machine when it
 has GPUs); ``--liger off --compile off --expandable-segments off --no-packing`` describes a plain
-HF Trainer + DeepSpeed script. ``--zero all`` lists every stage, bare and with CPU offload (DeepSpeed's estimators' menu).
+HF Trainer + DeepSpeed script. ``--zero all`` lists every stage, bare and with CPU offload
+(DeepSpeed's estimators' menu).
 """
 
 from typing import TYPE_CHECKING, Annotated, Any

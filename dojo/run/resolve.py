@@ -178,20 +178,21 @@ EXPANDABLE_WHY = (
 
 
 def _expandable_problems(choice: str, machine: Machine) -> list[tuple[str, str]]:
-    said = conf_expandable(machine.alloc_conf)
+    env_says = conf_expandable(machine.alloc_conf)
     if choice == "on" and not machine.cuda:
         return [("--expandable-segments on needs CUDA GPUs (it is a CUDA allocator setting)",
                  "use --expandable-segments auto or off here")]  # fmt: skip
-    if choice != "auto" and said is not None and said != (choice == "on"):
-        conf = machine.alloc_conf
-        return [(f"--expandable-segments {choice} but PYTORCH_CUDA_ALLOC_CONF={conf} says "
-                 f"expandable_segments:{said}", "drop one of the two: the flag or that setting")]  # fmt: skip
+    if choice != "auto" and env_says is not None and env_says != (choice == "on"):
+        return [(f"--expandable-segments {choice} but PYTORCH_CUDA_ALLOC_CONF="
+                 f"{machine.alloc_conf} says expandable_segments:{env_says}",
+                 "drop one of the two: the flag or that setting")]  # fmt: skip
     return []
 
 
 def _expandable(choice: str, machine: Machine, said: list[str]) -> bool:
     """PyTorch's expandable segments for the training processes: as asked, else as
-    PYTORCH_CUDA_ALLOC_CONF says, else on with CUDA (the worker adds it to that variable)."""
+    PYTORCH_CUDA_ALLOC_CONF says, else on with CUDA (``launch.launch_env`` adds it to that
+    variable)."""
     if choice != "auto":
         return choice == "on"
     conf = conf_expandable(machine.alloc_conf)
