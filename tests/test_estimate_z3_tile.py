@@ -1,9 +1,12 @@
 """ZeRO-3's optimizer-step transient follows the sub-groups DeepSpeed really forms
 (stage3 _create_fp16_sub_groups): whole parameters added until a group reaches the tile."""
 
+import json
+from pathlib import Path
+
 from dojo.estimate.model import _z3_largest_sub_group, estimate
 from dojo.estimate.setup import Setup
-from dojo.modelspec import resolve_model
+from dojo.modelspec import from_hf_config, resolve_model
 
 
 def _setup(tile: int, gpus: int = 1, method: str = "full") -> Setup:
@@ -40,3 +43,14 @@ def test_a_smaller_tile_lowers_the_estimate_by_the_transient() -> None:
     e8 = estimate(llama, _setup(100_000_000))
     e9 = estimate(llama, _setup(1_000_000_000))
     assert e8.gpu_total_gib < e9.gpu_total_gib - 4  # 6 B x (1e9 - ~1.3e8) = about 4.9 GiB
+
+
+def test_moe_experts_sit_inside_their_layer_in_the_walk() -> None:
+    """Each MoE layer's two fused expert parameters (gate_up, down) follow its attention, so the
+    group that reaches them carries that layer's attention; the largest is at least gate_up."""
+    config = json.loads((Path(__file__).parent / "data/moe/qwen3-30b-a3b.config.json").read_text())
+    moe = from_hf_config(config, "qwen3-30b-a3b")
+    gate_up = moe.num_experts * 2 * moe.hidden_size * moe.expert_intermediate_size
+    attn = sum(a * b for _, a, b, _ in moe.attention_linears())
+    group = _z3_largest_sub_group(moe, _setup(100_000_000), moe.params)
+    assert group == gate_up + attn  # the first layer's attention opens the group gate_up closes

@@ -84,10 +84,16 @@ def _z3_largest_sub_group(spec: ModelSpec, s: Setup, p_t: int) -> float:
     if p_t / n <= tile or s.method != "full":
         return min(p_t / n, tile)
     sizes = [spec.embedding_params]
-    for count, _, linears in spec.layer_kinds():
-        sizes += [a * b for _, a, b, _ in linears] * count
-    if spec.is_moe:  # the fused experts of each MoE layer, one parameter block per layer
-        sizes += [spec.num_experts * spec.expert_params] * spec.moe_layers
+    attention = len(spec.attention_linears())
+    for count, moe, linears in spec.layer_kinds():
+        layer = [a * b for _, a, b, _ in linears]
+        if moe:
+            # In module order, after attention: the routed experts, fused into two 3-D
+            # parameters (transformers 5: gate_up_proj [E, 2I, h] and down_proj [E, h, I]),
+            # then the shared expert, if any.
+            experts = spec.num_experts * spec.expert_params
+            layer[attention:attention] = [experts * 2 // 3, experts // 3]
+        sizes += layer * count
     sizes += [spec.head_params] if spec.head_params else []
     largest = group = 0
     for size in sizes:
