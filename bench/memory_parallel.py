@@ -56,6 +56,7 @@ ROW_FILES = {
     "s7": "matrix_rows_s7",
     "s8": "matrix_rows_s8",
     "s9": "matrix_rows_s9",
+    "s10": "matrix_rows_s10",
 }
 
 
