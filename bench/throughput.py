@@ -153,6 +153,10 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     # (dojo-expandable is then the same run as dojo); dojo-expandable-off is the old allocator.
     "dojo-expandable": ([], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
     "dojo-expandable-off": (["--expandable-segments", "off"], {}),
+    # Session 8, not yet run: packed rows under SDPA carry a 4-D block-diagonal mask, which sends
+    # SDPA to the memory-efficient kernel with an additive bias; FlexAttention's block mask skips
+    # the masked blocks instead (T6: dojo's packed mix ran 44k tokens/s against T1's 49.7k).
+    "dojo-flex": (["--attn", "flex_attention"], {}),
     "dojo-overlap-on": (["--overlap-comm"], {}),
     "dojo-flce-reentrant": (
         [],

@@ -333,3 +333,20 @@ def test_alloc_conf_parsing() -> None:
         with_expandable("max_split_size_mb:128") == "max_split_size_mb:128,expandable_segments:True"
     )
     assert with_expandable("expandable_segments:False") == "expandable_segments:False"  # theirs
+
+
+def test_attention_kernels_the_workers_cannot_run_are_refused_before_launch() -> None:
+    for attn in ("flex_attention", "flash_attention_2"):
+        with pytest.raises(ConfigError, match=f"--attn {attn} needs CUDA GPUs") as e:
+            run_of(CPU, attn=attn)
+        assert "--attn sdpa" in (e.value.hint or "")
+    with pytest.raises(ConfigError, match="needs the flash-attn package"):
+        run_of(CUDA, attn="flash_attention_2")  # CUDA here has no flash_attn
+    assert run_of(dataclasses.replace(CUDA, flash_attn=True), attn="flash_attention_2").attn == (
+        "flash_attention_2"
+    )
+    assert run_of(CUDA, attn="flex_attention").attn == "flex_attention"
+    from dojo.run.machine import assumed_cuda
+
+    assumed = run_of(assumed_cuda(), attn="flash_attention_2")  # estimate / dry run elsewhere
+    assert assumed.attn == "flash_attention_2"

@@ -41,6 +41,7 @@ def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tupl
             out.append(
                 (f"{flag} on needs CUDA GPUs (Triton kernels)", f"use {flag} auto or off here")
             )
+    out += _attention_problems(v.get("attn", "auto"), machine)
     out += _expandable_problems(v.get("expandable_segments", "auto"), machine)
     if v.get("precision") == "fp16" and not machine.cuda:
         out.append(("--precision fp16 needs a GPU", "use --precision fp32 or bf16 on the CPU"))
@@ -169,6 +170,19 @@ def compile_auto_pays(v: dict[str, Any], cuda: bool) -> bool:
         and not v["grad_ckpt"]
         and v["liger"] != "on"
     )
+
+
+def _attention_problems(attn: str, machine: Machine) -> list[tuple[str, str]]:
+    """Kernels the workers would only fail on after loading the model (found on the CPU: a
+    FlexAttention run died at its first backward, 90 s in, with a traceback)."""
+    if attn in ("flex_attention", "flash_attention_2") and not machine.cuda:
+        why = ("FlexAttention has no backward on the CPU (torch.nn.attention.flex_attention)"
+               if attn == "flex_attention" else "FlashAttention-2 is a CUDA kernel")  # fmt: skip
+        return [(f"--attn {attn} needs CUDA GPUs: {why}", "use --attn sdpa (auto) here")]
+    if attn == "flash_attention_2" and not machine.assumed and not machine.flash_attn:
+        return [("--attn flash_attention_2 needs the flash-attn package, not installed here",
+                 "pip install flash-attn (built for this torch and CUDA), or use --attn sdpa")]  # fmt: skip
+    return []
 
 
 EXPANDABLE_WHY = (
