@@ -350,3 +350,11 @@ def test_attention_kernels_the_workers_cannot_run_are_refused_before_launch() ->
 
     assumed = run_of(assumed_cuda(), attn="flash_attention_2")  # estimate / dry run elsewhere
     assert assumed.attn == "flash_attention_2"
+
+
+def test_flex_attention_is_estimated_without_a_dense_mask() -> None:
+    from dojo.run import render
+
+    flex = render.estimate_setup(run_of(CUDA, attn="flex_attention", packing=True))
+    sdpa = render.estimate_setup(run_of(CUDA, attn="sdpa", packing=True))
+    assert (flex.attention, sdpa.attention) == ("flash_attention_2", "sdpa")

@@ -41,6 +41,11 @@ def estimate_setup(
     from dojo.zero.build import SUB_GROUP_SIZE
 
     attention = run.attn if run.attn in ("eager", "flash_attention_2") else "sdpa"
+    if run.attn == "flex_attention":
+        # FlexAttention takes a BlockMask (a few ints per 128 x 128 block), materialises no
+        # bias and saves the log-sum-exp, as FlashAttention-2 does: read from the source
+        # (torch.nn.attention.flex_attention, transformers masking_utils), not measured.
+        attention = "flash_attention_2"
     return Setup(
         stage=run.zero,
         method=run.method,  # type: ignore[arg-type]
