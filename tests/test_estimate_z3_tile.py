@@ -47,7 +47,7 @@ def test_a_smaller_tile_lowers_the_estimate_by_the_transient() -> None:
 
 def test_moe_experts_sit_inside_their_layer_in_the_walk() -> None:
     """Each MoE layer's two fused expert parameters (gate_up, down) follow its attention, so the
-    group that reaches them carries that layer's attention; the largest is at least gate_up."""
+    group that reaches them carries that layer's attention: the largest is attention + gate_up."""
     config = json.loads((Path(__file__).parent / "data/moe/qwen3-30b-a3b.config.json").read_text())
     moe = from_hf_config(config, "qwen3-30b-a3b")
     gate_up = moe.num_experts * 2 * moe.hidden_size * moe.expert_intermediate_size
