@@ -33,6 +33,14 @@ def ds_config(run: ResolvedRun, spec: Any = None, precision: str = "auto") -> di
     return build_ds_config(zc)
 
 
+_ESTIMATED_AS = {
+    "eager": "eager",
+    "flash_attention_2": "flash_attention_2",
+    "flex_attention": "flash_attention_2",
+}
+"""--attn as the estimate's attention memory model; anything else is estimated as SDPA."""
+
+
 def estimate_setup(
     run: ResolvedRun, gpu_memory_gib: float | None = None, cpu_memory_gib: float | None = None
 ) -> Any:
@@ -40,12 +48,10 @@ def estimate_setup(
     from dojo.estimate.setup import Setup
     from dojo.zero.build import SUB_GROUP_SIZE
 
-    attention = run.attn if run.attn in ("eager", "flash_attention_2") else "sdpa"
-    if run.attn == "flex_attention":
-        # FlexAttention takes a BlockMask (a few ints per 128 x 128 block), materialises no
-        # bias and saves the log-sum-exp, as FlashAttention-2 does: read from the source
-        # (torch.nn.attention.flex_attention, transformers masking_utils), not measured.
-        attention = "flash_attention_2"
+    # FlexAttention takes a BlockMask (a few ints per 128 x 128 block), materialises no bias
+    # and saves the log-sum-exp, as FlashAttention-2 does: read from the source
+    # (torch.nn.attention.flex_attention, transformers masking_utils), not measured.
+    attention = _ESTIMATED_AS.get(run.attn, "sdpa")
     return Setup(
         stage=run.zero,
         method=run.method,  # type: ignore[arg-type]

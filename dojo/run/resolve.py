@@ -36,11 +36,13 @@ def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tupl
         out.append(("--compile on with --liger on gave NaN losses by step 10 on the H200 "
                     "(docs/benchmarks.md, session 6)", "choose one: --liger on, or --compile on "
                     "--liger off"))  # fmt: skip
-    for flag, name in (("--liger", "liger"), ("--compile", "compile")):
+    for flag, name, why in (
+        ("--liger", "liger", "Triton kernels"),
+        ("--compile", "compile", "Triton kernels"),
+        ("--expandable-segments", "expandable_segments", "a CUDA allocator setting"),
+    ):
         if v.get(name) == "on" and not machine.cuda:
-            out.append(
-                (f"{flag} on needs CUDA GPUs (Triton kernels)", f"use {flag} auto or off here")
-            )
+            out.append((f"{flag} on needs CUDA GPUs ({why})", f"use {flag} auto or off here"))
     out += _attention_problems(v.get("attn", "auto"), machine)
     out += _expandable_problems(v.get("expandable_segments", "auto"), machine)
     if v.get("precision") == "fp16" and not machine.cuda:
@@ -193,9 +195,6 @@ EXPANDABLE_WHY = (
 
 def _expandable_problems(choice: str, machine: Machine) -> list[tuple[str, str]]:
     env_says = conf_expandable(machine.alloc_conf)
-    if choice == "on" and not machine.cuda:
-        return [("--expandable-segments on needs CUDA GPUs (it is a CUDA allocator setting)",
-                 "use --expandable-segments auto or off here")]  # fmt: skip
     if choice != "auto" and env_says is not None and env_says != (choice == "on"):
         return [(f"--expandable-segments {choice} but PYTORCH_CUDA_ALLOC_CONF="
                  f"{machine.alloc_conf} says expandable_segments:{env_says}",
