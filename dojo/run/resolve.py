@@ -150,26 +150,30 @@ def resolve(
 
 
 COMPILE_AUTO_WHY = (
-    "LoRA at ZeRO 0-2 with packed rows is host-bound (many small kernels per layer); regional "
-    "compile ran 1.58x the plain script against 1.29x with Liger (1B, 4 x 2048, H200; "
-    "docs/benchmarks.md, session 7)"
+    "LoRA and QLoRA at ZeRO 0-2 with packed rows are host-bound (many small kernels per layer); "
+    "regional compile ran 1.52x the plain script (LoRA, against 1.29x with Liger) and 1.84x "
+    "(QLoRA with checkpointing, against 1.24x with Liger) on 1B, 4 x 2048, H200 "
+    "(docs/benchmarks.md, sessions 7-9)"
 )
 
 
 def compile_auto_pays(v: dict[str, Any], cuda: bool) -> bool:
-    """--compile auto: on for the one kind of run where it was measured to pay (session 7, T3):
-    LoRA at ZeRO 0-2, optimizer on the GPU, packed rows (one shape: no recompiles), no
-    checkpointing, on CUDA, Liger not asked for (the two together gave NaN losses). Not QLoRA,
-    ZeRO-3 or checkpointing: not measured. Not full fine-tuning: it bought nothing there
-    (T1: 48,920 against 49,710 tokens/s without it)."""
+    """--compile auto: on for the kind of run where it was measured to pay: adapters (LoRA,
+    QLoRA) at ZeRO 0-2, optimizer on the GPU, packed rows (one shape: no recompiles), on CUDA,
+    Liger not asked for (the two together gave NaN losses). Measured: LoRA without checkpointing
+    (session 7-8, T3) and QLoRA with reentrant checkpointing (session 9, T5: 40,389-41,079 tokens/s
+    against 26,407-28,088 with Liger, losses within the plain script's run-to-run spread); the
+    checkpoint wraps the compiled layer, so the first pass runs an inference graph and the
+    recompute the training graph. Not ZeRO-3 or offload: not measured. Not full fine-tuning: it
+    bought nothing there (T1: 48,920 and 50,030 against 49,710 tokens/s without it; T7 7B ZeRO-3:
+    6,332 against 6,888)."""
     return (
         cuda
-        and v["method"] == "lora"
+        and v["method"] in ("lora", "qlora")
         and v["zero"] is not None
         and v["zero"] <= 2
         and v["offload"] == "none"
         and bool(v["packing"])
-        and not v["grad_ckpt"]
         and v["liger"] != "on"
     )
 

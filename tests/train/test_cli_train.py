@@ -269,13 +269,15 @@ CAP = -1
         (["--method", "full", "--zero", "2", "--compile", "off"], CAP, False),
         (["--method", "lora", "--zero", "3", "--compile", "on"], 64 * 64, True),
         (["--method", "lora", "--zero", "2", "--packing"], "LORA", True),  # auto: measured to pay
+        (["--method", "lora", "--zero", "2", "--packing", "--grad-ckpt"], "LORA", True),
+        (["--method", "lora", "--zero", "3", "--packing"], 64 * 64, False),  # ZeRO-3: not measured
     ],
 )
 def test_default_buckets_and_compile(
     cli, model_dir: Path, tmp_path: Path, no_launch, args, bucket, compile_
 ) -> None:
-    """5e8 buckets for full ZeRO-1/2; regional compile when asked for, or for packed LoRA at
-    ZeRO 0-2 (compile's auto)."""
+    """5e8 buckets for full ZeRO-1/2; regional compile when asked for, or for packed adapters at
+    ZeRO 0-2, checkpointed or not (compile's auto)."""
     base = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")]
     with _gpus(H200):
         r = cli(*base, "--gpus", "0", *args, "--dry-run")
