@@ -198,6 +198,27 @@ def test_progress_plain_lines_have_eta(capsys: pytest.CaptureFixture[str]) -> No
     assert err[1] == "step 5/10  eval loss 1.2500"
 
 
+def test_progress_rate_and_eta_follow_the_last_window(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow first window (compile) must not weigh on later lines: step 20's rate and eta are
+    those of steps 11-20 alone."""
+    from dojo.train.worker import callbacks
+
+    clock = iter([0.0, 100.0, 100.0, 110.0, 110.0])  # begin; log 10 (+eta); log 20 (+eta)
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: next(clock))
+    p = callbacks.Progress(tty=False)
+    state = SimpleNamespace(global_step=0, max_steps=30, num_input_tokens_seen=0)
+    p.on_train_begin(None, state, None)
+    state.global_step, state.num_input_tokens_seen = 10, 10_000
+    p.on_log(None, state, None, logs={"loss": 2.0})
+    state.global_step, state.num_input_tokens_seen = 20, 20_000
+    p.on_log(None, state, None, logs={"loss": 1.0})
+    first, second = capsys.readouterr().err.splitlines()
+    assert "tok/s 100 " in first and first.endswith("eta 3:20")  # 10 s/step, 20 left
+    assert "tok/s 1,000 " in second and second.endswith("eta 0:10")  # 1 s/step, 10 left
+
+
 def test_last_line_reports_eval() -> None:
     from dojo.train.summary import describe
 
