@@ -9,7 +9,9 @@ PYTHONPATH and set
 - DOJO_BENCH_ARGS='{"gradient_checkpointing_kwargs": {"use_reentrant": true}}': set on
   TrainingArguments after its own checks (the Trainer reads them at train());
 - DOJO_BENCH_PROFILE=FILE: torch.profiler over optimizer steps 4-6; the top CUDA ops go to FILE
-  (and FILE.cpu for the host side), plus each profiled step's wall time.
+  (and FILE.cpu for the host side), plus each profiled step's wall time;
+- DOJO_BENCH_MEMSNAP=DIR: the CUDA allocator's memory history over steps 1-4; DIR/<pid>.txt gets
+  bench/memsnap.py's summary (each growth of the reserve, who asked for it, the holes left).
 
 Both wrap functions after their module is first imported (a meta-path finder), so nothing is
 imported early and runs without the variables are untouched.
@@ -25,6 +27,7 @@ _DS = os.environ.get("DOJO_BENCH_DS")
 _PROFILE = os.environ.get("DOJO_BENCH_PROFILE")
 _LIGER = os.environ.get("DOJO_BENCH_LIGER")
 _ARGS = os.environ.get("DOJO_BENCH_ARGS")
+_MEMSNAP = os.environ.get("DOJO_BENCH_MEMSNAP")
 
 
 def _patch_training_args(mod):  # type: ignore[no-untyped-def]
@@ -110,21 +113,63 @@ def _patch_trainer(mod):  # type: ignore[no-untyped-def]
                     )
                 self.prof = None
 
+    _add_callback(mod, Prof)
+
+
+def _add_callback(mod, cls):  # type: ignore[no-untyped-def]
     orig = mod.Trainer.__init__
 
     def __init__(self, *args, **kw):  # type: ignore[no-untyped-def]
         orig(self, *args, **kw)
-        self.add_callback(Prof())
+        self.add_callback(cls())
 
     mod.Trainer.__init__ = __init__
+
+
+def _patch_trainer_memsnap(mod):  # type: ignore[no-untyped-def]
+    import torch
+    from transformers import TrainerCallback
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from memsnap import summarize
+
+    class MemSnap(TrainerCallback):  # type: ignore[misc]
+        marks: list[str] = []
+
+        def on_train_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
+
+        def on_step_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            g = 2**30
+            self.marks.append(
+                f"step {state.global_step}: reserved {torch.cuda.memory_reserved() / g:.2f}, "
+                f"allocated {torch.cuda.memory_allocated() / g:.2f}, peak reserved "
+                f"{torch.cuda.max_memory_reserved() / g:.2f}, peak allocated "
+                f"{torch.cuda.max_memory_allocated() / g:.2f} GiB"
+            )
+            if state.global_step == 4:
+                snap = torch.cuda.memory._snapshot()
+                torch.cuda.memory._record_memory_history(enabled=None)
+                os.makedirs(_MEMSNAP, exist_ok=True)
+                with open(os.path.join(_MEMSNAP, f"{os.getpid()}.txt"), "w") as f:
+                    f.write(summarize(snap, self.marks))
+
+    _add_callback(mod, MemSnap)
+
+
+def _patch_trainer_all(mod):  # type: ignore[no-untyped-def]
+    if _PROFILE:
+        _patch_trainer(mod)
+    if _MEMSNAP:
+        _patch_trainer_memsnap(mod)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     hooks = {}
     if _DS:
         hooks["deepspeed"] = _patch_deepspeed
-    if _PROFILE:
-        hooks["transformers.trainer"] = _patch_trainer
+    if _PROFILE or _MEMSNAP:
+        hooks["transformers.trainer"] = _patch_trainer_all
     if _LIGER or _ARGS:
         hooks["transformers.training_args"] = _patch_training_args
 
@@ -145,5 +190,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if _DS or _PROFILE or _LIGER or _ARGS:
+if _DS or _PROFILE or _LIGER or _ARGS or _MEMSNAP:
     sys.meta_path.insert(0, _Finder())
