@@ -11,6 +11,9 @@
 # gpu_s3_*.sh); docs/benchmarks*.md give each call's exact arguments and git history keeps them.
 set -uo pipefail
 source bench/gpu_setup.sh || exit 1
+# DOJO_BENCH_MEMSNAP=DIR (e.g. $OUT/snap): the allocator's history of each dojo row, summarized
+# by bench/memsnap.py (bench/hook/sitecustomize.py); the hook goes first on PYTHONPATH.
+[ -n "${DOJO_BENCH_MEMSNAP:-}" ] && export PYTHONPATH="$PWD/bench/hook:$PYTHONPATH"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers, deepspeed, peft; print(torch.__version__, transformers.__version__, deepspeed.__version__, peft.__version__)"
 plan=${1:-}; shift || true
