@@ -169,6 +169,9 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
             )
         },
     ),
+    # Session 9, not yet run: packed samples through PyTorch's own FlashAttention kernel by their
+    # offsets (dojo.train.worker.varlen), no mask; the lead for T6 after FlexAttention's 19.5k.
+    "dojo-varlen": (["--attn", "sdpa_varlen"], {}),
     "dojo-overlap-on": (["--overlap-comm"], {}),
     "dojo-flce-reentrant": (
         [],

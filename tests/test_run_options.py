@@ -360,3 +360,23 @@ def test_flex_attention_is_estimated_without_a_dense_mask() -> None:
     flex = render.estimate_setup(run_of(CUDA, attn="flex_attention", packing=True))
     sdpa = render.estimate_setup(run_of(CUDA, attn="sdpa", packing=True))
     assert (flex.attention, sdpa.attention) == ("flash_attention_2", "sdpa")
+
+
+def test_sdpa_varlen_needs_packing_and_no_soft_capping() -> None:
+    """Offsets exist only in packed rows; Gemma-2's capped logits are not in the kernel. The CPU
+    takes it (one causal SDPA call per sample), and the estimate has no mask for it."""
+    from dojo.modelspec import resolve_model
+    from dojo.run import render
+
+    with pytest.raises(ConfigError, match="--attn sdpa_varlen keeps samples apart") as e:
+        run_of(CUDA, attn="sdpa_varlen", packing=False)
+    assert "--packing" in (e.value.hint or "")
+    assert run_of(CPU, attn="sdpa_varlen", packing=True).attn == "sdpa_varlen"
+    gemma = resolve_model("gemma-2-2b")
+    with pytest.raises(ConfigError, match="soft-capping") as e:
+        resolve.resolve(values(attn="sdpa_varlen", packing=True), machine=CUDA, spec=gemma)
+    assert "--attn eager" in (e.value.hint or "")
+    run = resolve.resolve(
+        values(attn="sdpa_varlen", packing=True), machine=CUDA, spec=resolve_model("llama-3.2-1b")
+    )
+    assert render.estimate_setup(run).attention == "flash_attention_2"

@@ -18,7 +18,7 @@ MODEL, EVAL, ZERO, OPT, LORA, DEV, RUN, EST = (
 )
 ON_OFF = (AUTO, "on", "off")
 DEVICES = ("none", "cpu", "nvme")
-ATTNS = (AUTO, "sdpa", "eager", "flex_attention", "flash_attention_2")
+ATTNS = (AUTO, "sdpa", "eager", "flex_attention", "flash_attention_2", "sdpa_varlen")
 BNB_OPTIMS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 """bitsandbytes' optimizers: CUDA only, their own state sizes (the estimator models each)."""
 OPTIMS = (AUTO, "adamw_torch_fused", "adamw_torch", *BNB_OPTIMS)
@@ -356,8 +356,8 @@ _OPTIONS = [
         ("--attn", "--attention"),
         "choice",
         AUTO,
-        "Attention kernel: auto | sdpa | eager | flex_attention | flash_attention_2",
-        "auto = sdpa",
+        "Attention kernel: auto | sdpa | eager | flex_attention | flash_attention_2 | sdpa_varlen",
+        "auto = sdpa. sdpa_varlen (with --packing): PyTorch's own FlashAttention kernel over each packed sample's offsets, no mask and no flash-attn package (not yet measured on a GPU)",
         choices=ATTNS,
         panel=OPT,
     ),

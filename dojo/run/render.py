@@ -37,6 +37,7 @@ _ESTIMATED_AS = {
     "eager": "eager",
     "flash_attention_2": "flash_attention_2",
     "flex_attention": "flash_attention_2",
+    "sdpa_varlen": "flash_attention_2",  # the same kernel family: no mask, log-sum-exp kept
 }
 """--attn as the estimate's attention memory model; anything else is estimated as SDPA."""
 

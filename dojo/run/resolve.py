@@ -44,6 +44,9 @@ def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tupl
         if v.get(name) == "on" and not machine.cuda:
             out.append((f"{flag} on needs CUDA GPUs ({why})", f"use {flag} auto or off here"))
     out += _attention_problems(v.get("attn", "auto"), machine)
+    if v.get("attn") == "sdpa_varlen" and not v.get("packing"):
+        out.append(("--attn sdpa_varlen keeps samples apart by their offsets in a packed row; "
+                    "without --packing rows are padded", "add --packing, or use --attn sdpa"))  # fmt: skip
     out += _expandable_problems(v.get("expandable_segments", "auto"), machine)
     if v.get("precision") == "fp16" and not machine.cuda:
         out.append(("--precision fp16 needs a GPU", "use --precision fp32 or bf16 on the CPU"))
@@ -78,6 +81,12 @@ def resolve(
     ``world_known``: False when nobody said how many GPUs (``dojo config``)."""
     v = {name: values.get(name, opt.default) for name, opt in OPTIONS.items()}
     check(v, machine, given or set())
+    if v["attn"] == "sdpa_varlen" and getattr(spec, "model_type", None) in SOFTCAP_MODELS:
+        raise ConfigError(
+            f"--attn sdpa_varlen: {spec.model_type} caps its attention logits (soft-capping), "
+            "which PyTorch's FlashAttention kernel does not do",
+            hint="use --attn eager (transformers' choice for Gemma-2)",
+        )
     said: list[str] = []
     cuda = machine.cuda
     method, zero, off = v["method"], v["zero"], v["offload"]
@@ -176,6 +185,10 @@ def compile_auto_pays(v: dict[str, Any], cuda: bool) -> bool:
         and bool(v["packing"])
         and v["liger"] != "on"
     )
+
+
+SOFTCAP_MODELS = ("gemma2",)
+"""Models whose attention soft-caps its logits (config attn_logit_softcapping)."""
 
 
 def _attention_problems(attn: str, machine: Machine) -> list[tuple[str, str]]:

@@ -44,7 +44,7 @@ class ResolvedRun:
     precision: str
     """bf16 | fp16 | fp32."""
     attn: str
-    """sdpa | eager | flex_attention | flash_attention_2."""
+    """sdpa | eager | flex_attention | flash_attention_2 | sdpa_varlen (dojo.train.worker.varlen)."""
     liger: bool
     compile: bool
     packing: bool

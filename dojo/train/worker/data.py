@@ -102,8 +102,12 @@ def build(
             # micro-batch there; SDPA/flex/eager read per-row position_ids, and keeping
             # [micro_batch, seq_len] rows lets a row that holds one sample use the unmasked
             # causal (flash) SDPA kernel instead of a masked one over the whole flat batch.
-            flatten = getattr(model.config, "_attn_implementation", "") == "flash_attention_2"
-            return train, evals, packing.PackedCollator(pad_id, flatten=flatten), info
+            # sdpa_varlen (dojo.train.worker.varlen) takes the samples' offsets from the batch.
+            impl = getattr(model.config, "_attn_implementation", "")
+            varlen = impl == "sdpa_varlen"
+            flatten = impl == "flash_attention_2" or varlen
+            collate = packing.PackedCollator(pad_id, flatten=flatten, varlen=varlen)
+            return train, evals, collate, info
         print0(f"warning: packing off, padding instead: {why}")
     return train, evals, packing.PadCollator(pad_id), info
 

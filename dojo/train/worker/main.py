@@ -140,6 +140,10 @@ def load_model(run: ResolvedRun, weights: str) -> Any:
     """Full / LoRA: weights in the compute dtype. QLoRA: NF4 + double quant (bitsandbytes)."""
     dtype = _DTYPES[run.precision]
     attn = run.attn
+    if attn == "sdpa_varlen":  # dojo's own attention function: registered before the load
+        from dojo.train.worker import varlen
+
+        varlen.register()
     kw: dict[str, Any] = {
         "dtype": dtype,
         "trust_remote_code": run.trust_remote_code,

@@ -6,6 +6,7 @@ API (imported by the worker, after ``dojo.train.worker.examples.build_examples``
                                                    position_ids restarting at 0 for each sample
     PackedCollator(pad_id, flatten=True)(rows)     batch without attention_mask (see below)
     PadCollator(pad_id, pad_to_multiple_of=1)(ex)  pad to the longest in the batch
+    sample_offsets(position_ids) -> (cu, longest)  each sample's start in a flat row, the longest
     packing_supported(model) -> (bool, reason)     can this model's attention keep samples apart?
 
 How samples stay apart (transformers 5.24): with ``attention_mask=None`` and ``position_ids``
@@ -30,7 +31,14 @@ from typing import Any
 
 IGNORE = -100
 """Label value the loss skips (torch CrossEntropyLoss ignore_index, HF convention)."""
-PACKING_ATTENTION = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
+PACKING_ATTENTION = (
+    "eager",
+    "sdpa",
+    "flex_attention",
+    "flash_attention_2",
+    "flash_attention_3",
+    "sdpa_varlen",
+)
 """Attention implementations that honour per-sample position_ids (see module docstring)."""
 
 
@@ -83,25 +91,45 @@ class PackedCollator:
     implementation in PACKING_ATTENTION). flatten=False: one row per packed row, right-padded to
     the longest with ``pad_id``; the padding is its own "sample" (positions restart at 0, labels
     -100), so no real token attends to it (eager/sdpa/flex only, not flash attention).
+    varlen=True (``--attn sdpa_varlen``, implies flatten): also each sample's start offset and the
+    longest sample (``cu_seq_lens_q/k``, ``max_length_q/k``, the names transformers'
+    DataCollatorWithFlattening gives them), made here on the loader's side so the attention never
+    waits on the GPU to find them.
     """
 
     pad_id: int
     flatten: bool = True
+    varlen: bool = False
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         import torch
 
         keys = ("input_ids", "labels", "position_ids")
-        if self.flatten:
-            return {k: torch.tensor([sum((list(r[k]) for r in rows), [])]) for k in keys}
+        if self.flatten or self.varlen:
+            flat = {k: sum((list(r[k]) for r in rows), []) for k in keys}
+            out: dict[str, Any] = {k: torch.tensor([v]) for k, v in flat.items()}
+            if self.varlen:
+                cu, longest = sample_offsets(flat["position_ids"])
+                cu_t = torch.tensor(cu, dtype=torch.int32)
+                out |= {"cu_seq_lens_q": cu_t, "cu_seq_lens_k": cu_t,
+                        "max_length_q": longest, "max_length_k": longest}  # fmt: skip
+            return out
         longest = max(len(r["input_ids"]) for r in rows)
-        out: dict[str, list[list[int]]] = {k: [] for k in keys}
+        padded: dict[str, list[list[int]]] = {k: [] for k in keys}
         for r in rows:
             gap = longest - len(r["input_ids"])
-            out["input_ids"].append(list(r["input_ids"]) + [self.pad_id] * gap)
-            out["labels"].append(list(r["labels"]) + [IGNORE] * gap)
-            out["position_ids"].append(list(r["position_ids"]) + list(range(gap)))
-        return {k: torch.tensor(v) for k, v in out.items()}
+            padded["input_ids"].append(list(r["input_ids"]) + [self.pad_id] * gap)
+            padded["labels"].append(list(r["labels"]) + [IGNORE] * gap)
+            padded["position_ids"].append(list(r["position_ids"]) + list(range(gap)))
+        return {k: torch.tensor(v) for k, v in padded.items()}
+
+
+def sample_offsets(position_ids: list[int]) -> tuple[list[int], int]:
+    """cu_seqlens (each sample's start, then the total) and the longest sample of one flat row
+    whose samples restart their positions at 0."""
+    cu = [i for i, p in enumerate(position_ids) if i == 0 or p != position_ids[i - 1] + 1]
+    cu.append(len(position_ids))
+    return cu, max((b - a for a, b in zip(cu, cu[1:], strict=False)), default=0)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,113 @@
+"""``--attn sdpa_varlen``: packed samples through PyTorch's own FlashAttention kernel, no mask.
+
+Under ``sdpa``, a packed row that holds several samples gets a block-diagonal [s, s] mask
+(masking_utils), and a mask sends SDPA to its memory-efficient kernel with an additive bias: every
+masked block is still computed, and the bias is kept for the backward. FlashAttention's variable-
+length mode takes the samples' start offsets (``cu_seqlens``) instead and skips what lies between
+them. PyTorch ships that kernel (the one SDPA's flash backend and nested-tensor SDPA call,
+``aten::_flash_attention_forward``, with its backward registered), so this needs no flash-attn
+package.
+
+How it is wired (transformers 5):
+- ``register()`` adds the attention function and a mask function (no mask is ever built) under
+  the name ``sdpa_varlen``; the worker calls it before loading the model.
+- ``packing.PackedCollator(varlen=True)`` flattens the micro-batch into one row and adds
+  ``cu_seq_lens_q/k`` and ``max_length_q/k``, as transformers' DataCollatorWithFlattening does for
+  FlashAttention-2: the Trainer passes them to the model, which hands them to every attention call.
+  The offsets are made on the loader's CPU side, so no layer waits on the GPU to find them.
+- Off CUDA, or in fp32, the same offsets drive one causal SDPA call per sample: exact, slow, for
+  CPU runs and tests.
+
+Not supported (refused before launch or at load): rows without packing, logit soft-capping
+(Gemma-2). Sliding windows are passed to the kernel (``window_size_left``).
+"""
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from dojo.train.worker.packing import sample_offsets
+
+NAME = "sdpa_varlen"
+_FLASH_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _per_sample(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: list[int], scale: float | None,
+    dropout: float, window: int | None,
+) -> torch.Tensor:  # fmt: skip
+    """[total, h, d] inputs -> [total, h, d]: causal SDPA over each sample alone (exact)."""
+    groups = q.shape[1] // k.shape[1]
+    out = []
+    for a, b in zip(cu, cu[1:], strict=False):
+        qs, ks, vs = (t[a:b].transpose(0, 1) for t in (q, k, v))  # [h, n, d]
+        if groups > 1:
+            ks, vs = ks.repeat_interleave(groups, 0), vs.repeat_interleave(groups, 0)
+        mask = None
+        if window is not None and b - a > window:
+            i = torch.arange(b - a, device=q.device)
+            mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)
+        o = F.scaled_dot_product_attention(
+            qs, ks, vs, attn_mask=mask, dropout_p=dropout, is_causal=mask is None, scale=scale
+        )
+        out.append(o.transpose(0, 1))
+    return torch.cat(out, 0)
+
+
+@torch.compiler.disable  # type: ignore[untyped-decorator]
+def attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention signature: query [b, h, s, d], key/value [b, h_kv, s, d] ->
+    ([b, s, h, d], None). Left out of torch.compile: the offsets change with every batch, and a
+    compiled layer would recompile for each new longest sample."""
+    if kwargs.get("softcap") is not None:
+        raise ValueError(f"--attn {NAME} has no logit soft-capping (Gemma-2): use --attn eager")
+    b, h, s, d = query.shape
+    cu: list[int] = []
+    cu_t = kwargs.get("cu_seq_lens_q")
+    if cu_t is not None:  # from PackedCollator(varlen=True): no host sync on CUDA
+        longest = int(kwargs["max_length_q"])
+    elif attention_mask is not None:
+        raise ValueError(f"--attn {NAME} needs packed rows (--packing), not a padding mask")
+    else:  # no offsets given (a caller other than dojo's collator): from position_ids
+        pos = kwargs.get("position_ids")
+        flat = pos.reshape(-1).tolist() if pos is not None else list(range(s)) * b
+        cu, longest = sample_offsets(flat)
+        cu_t = torch.tensor(cu, dtype=torch.int32, device=query.device)
+    q = query.transpose(1, 2).reshape(b * s, h, d)
+    k = key.transpose(1, 2).reshape(b * s, key.shape[1], d)
+    v = value.transpose(1, 2).reshape(b * s, value.shape[1], d)
+    window = kwargs.get("sliding_window")
+    drop = dropout if module.training else 0.0
+    if query.device.type == "cuda" and query.dtype in _FLASH_DTYPES:
+        cu_t = cu_t.to(device=query.device, dtype=torch.int32)
+        extra = {"window_size_left": window - 1, "window_size_right": 0} if window else {}
+        out = torch.ops.aten._flash_attention_forward(
+            q, k, v, cu_t, cu_t, int(longest), int(longest), drop, True, False, scale=scaling,
+            **extra,
+        )[0]  # fmt: skip
+    else:
+        out = _per_sample(q, k, v, cu or cu_t.tolist(), scaling, drop, window)
+    return out.reshape(b, s, h, d), None
+
+
+def no_mask(*args: Any, **kwargs: Any) -> None:
+    """The mask function registered with the attention: samples are kept apart by offsets."""
+    return None
+
+
+def register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, attention)
+    AttentionMaskInterface.register(NAME, no_mask)

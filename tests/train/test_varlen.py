@@ -1,0 +1,131 @@
+"""--attn sdpa_varlen: packed samples kept apart by their offsets, no mask (CPU path: one causal
+SDPA call per sample; the CUDA kernel itself runs only on the GPU machine)."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dojo.train.worker.packing import PackedCollator, pack, sample_offsets
+
+
+def test_sample_offsets() -> None:
+    assert sample_offsets([0, 1, 2, 0, 1, 0]) == ([0, 3, 5, 6], 3)
+    assert sample_offsets([0, 1, 2, 3]) == ([0, 4], 4)
+    assert sample_offsets([]) == ([0], 0)
+
+
+def test_varlen_collator_flattens_and_gives_offsets() -> None:
+    rows = [
+        {"input_ids": [5, 6, 7, 8], "labels": [-100, 6, 7, -100], "position_ids": [0, 1, 2, 0]},
+        {"input_ids": [9, 10], "labels": [-100, 10], "position_ids": [0, 1]},
+    ]
+    b = PackedCollator(pad_id=0, flatten=False, varlen=True)(rows)  # varlen implies flat
+    assert b["input_ids"].tolist() == [[5, 6, 7, 8, 9, 10]]
+    assert b["position_ids"].tolist() == [[0, 1, 2, 0, 0, 1]]
+    assert b["cu_seq_lens_q"].tolist() == [0, 3, 4, 6] == b["cu_seq_lens_k"].tolist()
+    assert str(b["cu_seq_lens_q"].dtype) == "torch.int32"  # FlashAttention's offsets type
+    assert b["max_length_q"] == b["max_length_k"] == 3
+    assert "cu_seq_lens_q" not in PackedCollator(pad_id=0)(rows)
+
+
+def _tiny(attn: str) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from dojo.train.tiny import TINY_CONFIG
+    from dojo.train.worker import varlen
+
+    varlen.register()
+    cfg = LlamaConfig(**json.loads(TINY_CONFIG.read_text()))  # GQA: 4 heads, 2 kv heads
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("offsets_given", [True, False])
+def test_varlen_matches_masked_sdpa_logits_and_grads(offsets_given: bool) -> None:
+    """The same weights and packed batch under sdpa (block-diagonal mask) and sdpa_varlen
+    (offsets): equal loss, logits and gradients; with or without the collator's offsets."""
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    examples = [
+        {"input_ids": ids, "labels": ids}
+        for n in (7, 12, 5, 9, 3)
+        for ids in [torch.randint(5, 1000, (n,), generator=g).tolist()]
+    ]
+    rows = pack(examples, 16)
+    assert any(len(sample_offsets(r["position_ids"])[0]) > 2 for r in rows)  # really packed
+    batch = PackedCollator(pad_id=0, varlen=True)(rows)
+    if not offsets_given:
+        batch = {k: batch[k] for k in ("input_ids", "labels", "position_ids")}
+    ref_model, var_model = _tiny("sdpa"), _tiny("sdpa_varlen")
+    var_model.load_state_dict(ref_model.state_dict())
+    ref_model.train(), var_model.train()
+    plain = {k: batch[k] for k in ("input_ids", "labels", "position_ids")}
+    ref, var = ref_model(**plain), var_model(**batch)
+    ref.loss.backward()
+    var.loss.backward()
+    torch.testing.assert_close(var.logits, ref.logits, atol=1e-5, rtol=1e-4)
+    for (name, p), q in zip(ref_model.named_parameters(), var_model.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_varlen_sliding_window_per_sample() -> None:
+    """A window shorter than a sample: each token sees itself and the window - 1 before it;
+    a sample no longer than the window is plain causal."""
+    import torch
+    import torch.nn.functional as F
+
+    from dojo.train.worker.varlen import _per_sample
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(9, 2, 8) for _ in range(3))
+    out = _per_sample(q, k, v, [0, 6, 9], None, 0.0, window=3)
+    i = torch.arange(6)
+    band = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - 3)
+    heads = [t.transpose(0, 1) for t in (q, k, v)]  # [h, n, d]
+    first = F.scaled_dot_product_attention(*(t[:, :6] for t in heads), attn_mask=band)
+    second = F.scaled_dot_product_attention(*(t[:, 6:] for t in heads), is_causal=True)
+    torch.testing.assert_close(out[:6], first.transpose(0, 1))
+    torch.testing.assert_close(out[6:], second.transpose(0, 1))
+    causal = F.scaled_dot_product_attention(*(t[:, :6] for t in heads), is_causal=True)
+    assert not torch.allclose(first, causal)  # the window really cut something
+
+
+def test_varlen_refuses_what_it_cannot_do() -> None:
+    import torch
+
+    from dojo.train.worker.varlen import attention
+
+    module = torch.nn.Module()
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(ValueError, match="soft-capping"):
+        attention(module, q, q, q, None, softcap=50.0)
+    with pytest.raises(ValueError, match="--packing"):
+        attention(module, q, q, q, torch.ones(1, 4))
+
+
+@pytest.mark.slow
+def test_varlen_trains_through_the_launcher_like_sdpa(tmp_path: Path) -> None:
+    """2 CPU processes, ZeRO-2, packed text: the same losses as --attn sdpa (the same samples,
+    kept apart by offsets instead of a mask), and the saved model loads without dojo."""
+    from transformers import AutoConfig
+
+    from tests.train.test_train_cpu import dojo_train, summary
+
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"text": f"Doc {i}: " + "fox " * (i % 23 + 2)}) + "\n"
+                            for i in range(120)))  # fmt: skip
+    losses = {}
+    for attn in ("sdpa", "sdpa_varlen"):
+        out = tmp_path / attn
+        r = dojo_train(out, "--max-steps", "3", "--data", str(docs), "--packing", "--zero", "2",
+                       "--attn", attn, "--logging-steps", "1")  # fmt: skip
+        assert r.returncode == 0, r.stderr[-4000:]
+        assert f"packing: on (attention '{attn}'" in r.stderr
+        losses[attn] = (summary(out)["loss_first"], summary(out)["loss_last"])
+        cfg = AutoConfig.from_pretrained(out)  # a plain load: no trace of dojo's attention name
+        assert "sdpa_varlen" not in (out / "config.json").read_text(), cfg
+    assert losses["sdpa_varlen"] == pytest.approx(losses["sdpa"], rel=1e-4)
