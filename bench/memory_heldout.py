@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))
 from dojo.estimate import GIB, MemoryEstimate, Setup, estimate  # noqa: E402
 from dojo.estimate.setup import OPTIMS  # noqa: E402
 from dojo.modelspec import ModelSpec, from_hf_config, resolve_model  # noqa: E402
+from dojo.run.render import ESTIMATED_AS  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_matrix import EXTRA_ARCHS, SHAPES  # noqa: E402  (the shapes the matrices ran)
@@ -73,6 +74,7 @@ def setup_for(m: dict[str, Any]) -> Setup:
         # rows of session 5 on (matrix_rows_s4.Row); session 8's give the whole allocator config
         expandable_segments=expandable(p),
         compile=p.get("compile") == "on" and not plain,  # Row.compile: "off" unless a row sets it
+        attention=ESTIMATED_AS.get(p.get("attn", "sdpa"), "sdpa"),  # Row.attn: session-11 rows on
         # dojo's 1e8 ZeRO-3 tile from session 6; earlier rows and the plain script ran 1e9
         sub_group_size=int(float(zo.get("sub_group_size", 1e9))),
         gpu_memory_gib=H200_GIB,

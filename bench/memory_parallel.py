@@ -57,6 +57,7 @@ ROW_FILES = {
     "s8": "matrix_rows_s8",
     "s9": "matrix_rows_s9",
     "s10": "matrix_rows_s10",
+    "s11": "matrix_rows_s11",
 }
 
 
@@ -110,6 +111,7 @@ def command(row: Row, model: Path, work: Path, run_dir: Path) -> list[str]:
         "--no-save-model", "--output-dir", str(run_dir), "--force",
         *(["--optimizer", "ds"] if row.offload != "none" else []),
         *(["--optim", optim] if optim != "auto" else []),
+        *(["--attn", row.attn] if getattr(row, "attn", "auto") != "auto" else []),  # s11 on
     ]  # fmt: skip
 
 

@@ -33,7 +33,7 @@ def ds_config(run: ResolvedRun, spec: Any = None, precision: str = "auto") -> di
     return build_ds_config(zc)
 
 
-_ESTIMATED_AS = {
+ESTIMATED_AS = {
     "eager": "eager",
     "flash_attention_2": "flash_attention_2",
     "flex_attention": "flash_attention_2",
@@ -52,7 +52,7 @@ def estimate_setup(
     # FlexAttention takes a BlockMask (a few ints per 128 x 128 block), materialises no bias
     # and saves the log-sum-exp, as FlashAttention-2 does: read from the source
     # (torch.nn.attention.flex_attention, transformers masking_utils), not measured.
-    attention = _ESTIMATED_AS.get(run.attn, "sdpa")
+    attention = ESTIMATED_AS.get(run.attn, "sdpa")
     return Setup(
         stage=run.zero,
         method=run.method,  # type: ignore[arg-type]
