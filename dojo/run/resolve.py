@@ -160,7 +160,7 @@ def resolve(
 
 COMPILE_AUTO_WHY = (
     "LoRA and QLoRA at ZeRO 0-2 with packed rows are host-bound (many small kernels per layer); "
-    "regional compile ran 1.52x the plain script (LoRA, against 1.29x with Liger) and 1.85x "
+    "regional compile ran 1.58x the plain script (LoRA, against 1.29x with Liger) and 1.85x "
     "(QLoRA with checkpointing, against 1.24x with Liger) on 1B, 4 x 2048, H200 "
     "(docs/benchmarks.md, sessions 7-9)"
 )

@@ -18,8 +18,9 @@ How it is wired (transformers 5):
 - Off CUDA, or in fp32, the same offsets drive one causal SDPA call per sample: exact, slow, for
   CPU runs and tests.
 
-Not supported (refused before launch or at load): rows without packing, logit soft-capping
-(Gemma-2). Sliding windows are passed to the kernel (``window_size_left``).
+Not supported: rows without packing (refused before launch) and logit soft-capping (refused
+before launch for Gemma-2, at the first forward for a model dojo does not know). Sliding windows
+go to the kernel as ``window_size_left``.
 """
 
 from typing import Any
