@@ -63,6 +63,18 @@ def test_pack_is_deterministic_and_refuses_long() -> None:
 # ---- slow: the real model proves no cross-sample attention ---------------------------------
 
 
+def random_examples(lengths: tuple[int, ...], seed: int = 1) -> list[dict[str, list[int]]]:
+    """Samples of random token ids (labels = inputs), one per length, reproducible."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for n in lengths:
+        ids = torch.randint(5, 1000, (n,), generator=g).tolist()
+        out.append({"input_ids": ids, "labels": list(ids)})
+    return out
+
+
 def tiny_llama(attn: str) -> Any:
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
@@ -85,12 +97,7 @@ def test_packed_logits_equal_each_sample_alone(attn: str, flatten: bool) -> None
 
     model = tiny_llama(attn)
     assert packing_supported(model)[0]
-    g = torch.Generator().manual_seed(1)
-    examples = [
-        {"input_ids": ids, "labels": ids}
-        for n in (7, 12, 5, 9, 3)
-        for ids in [torch.randint(5, 1000, (n,), generator=g).tolist()]
-    ]
+    examples = random_examples((7, 12, 5, 9, 3))
     rows = pack(examples, 16)
     assert len(rows) < len(examples)  # something was really packed together
     batch = PackedCollator(pad_id=0, flatten=flatten)(rows)

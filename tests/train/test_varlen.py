@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from dojo.train.worker.packing import PackedCollator, pack, sample_offsets
+from tests.train.test_packing import random_examples
 
 
 def test_sample_offsets() -> None:
@@ -49,13 +50,7 @@ def test_varlen_matches_masked_sdpa_logits_and_grads(offsets_given: bool) -> Non
     (offsets): equal loss, logits and gradients; with or without the collator's offsets."""
     import torch
 
-    g = torch.Generator().manual_seed(1)
-    examples = [
-        {"input_ids": ids, "labels": ids}
-        for n in (7, 12, 5, 9, 3)
-        for ids in [torch.randint(5, 1000, (n,), generator=g).tolist()]
-    ]
-    rows = pack(examples, 16)
+    rows = pack(random_examples((7, 12, 5, 9, 3)), 16)
     assert any(len(sample_offsets(r["position_ids"])[0]) > 2 for r in rows)  # really packed
     batch = PackedCollator(pad_id=0, varlen=True)(rows)
     if not offsets_given:
@@ -137,13 +132,7 @@ def test_varlen_cuda_kernel_matches_masked_sdpa() -> None:
     heads); logits and gradients must match masked SDPA to bf16 precision."""
     import torch
 
-    g = torch.Generator().manual_seed(1)
-    rows = pack(
-        [{"input_ids": ids, "labels": ids}
-         for n in (70, 120, 50, 90, 30, 200, 17)
-         for ids in [torch.randint(5, 1000, (n,), generator=g).tolist()]],
-        256,
-    )  # fmt: skip
+    rows = pack(random_examples((70, 120, 50, 90, 30, 200, 17)), 256)
     batch = {k: v.cuda() if hasattr(v, "cuda") else v
              for k, v in PackedCollator(pad_id=0, varlen=True)(rows).items()}  # fmt: skip
     ref_model, var_model = (_tiny(a).to("cuda", torch.bfloat16) for a in ("sdpa", "sdpa_varlen"))
