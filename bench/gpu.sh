@@ -5,7 +5,7 @@
 #   bash bench/gpu.sh memory [ROW ...]      held-out memory matrix (bench/matrix_rows.py), all rows or some
 #   bash bench/gpu.sh speed PLAN...         dojo vs the plain script, e.g. T1:baseline T1:dojo (bench/throughput.py);
 #                                           REPEATS=R STEPS=N LIMIT_S=S in the environment
-#   bash bench/gpu.sh tests                 the GPU tests (pytest -m gpu)
+#   bash bench/gpu.sh tests [PATH ...]      the GPU tests (pytest -m gpu), all or those under PATH
 #
 # Earlier sessions ran the same plans from per-call scripts (gpu_call1/2.sh, gpu_s2_*.sh,
 # gpu_s3_*.sh); docs/benchmarks*.md give each call's exact arguments and git history keeps them.
@@ -27,7 +27,7 @@ case "$plan" in
     timeout "${LIMIT_S:-520}" python3 bench/throughput.py --out "$OUT/tp.json" --steps "${STEPS:-12}" \
       --repeats "${REPEATS:-1}" --plan "$@" ;;
   tests)
-    timeout "${LIMIT_S:-520}" python3 -m pytest -q -rA --runslow -m gpu tests/ ;;
+    timeout "${LIMIT_S:-520}" python3 -m pytest -q -rA --runslow -m gpu "${@:-tests/}" ;;
   *)
     echo "usage: bash bench/gpu.sh memory|speed|tests [...]" >&2; exit 2 ;;
 esac
