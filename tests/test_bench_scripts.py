@@ -55,3 +55,48 @@ def test_speed_variants_pass_only_real_train_flags(bench: None) -> None:
         for token in flags:
             if token.startswith("--"):
                 assert token in known, f"{variant}: {token} is not a dojo train flag"
+
+
+def test_a_row_attention_reaches_the_run_and_the_estimate(bench: None, tmp_path: Path) -> None:
+    """Session-11 rows may set --attn: the launched command carries it, the estimate models it."""
+    parallel = importlib.import_module("memory_parallel")
+    heldout = importlib.import_module("memory_heldout")
+    (row,) = [
+        r for r in parallel.load_rows("s11") if r.attn == "sdpa_varlen" and r.method == "full"
+    ]
+    cmd = parallel.command(row, tmp_path / "model", tmp_path, tmp_path / "run")
+    assert cmd[cmd.index("--attn") + 1] == "sdpa_varlen"
+    spec = heldout.spec_for(row.shape)
+    assert parallel.setup_for(row, spec, None, 139.0, 64.0).attention == "flash_attention_2"
+    plain = [r for r in parallel.load_rows("s11") if r.attn == "auto"][0]
+    assert "--attn" not in parallel.command(plain, tmp_path / "model", tmp_path, tmp_path / "r2")
+
+
+def test_memsnap_names_the_allocation_that_grew_the_reserve(bench: None) -> None:
+    memsnap = importlib.import_module("memsnap")
+    g = 2**30
+    step = [{"filename": "/x/torch/optim/adamw.py", "line": 5, "name": "_fused"},
+            {"filename": "/x/deepspeed/runtime/zero/stage_1_and_2.py", "line": 99, "name": "step"}]  # fmt: skip
+    fwd = [
+        {"filename": "/x/transformers/models/llama/modeling_llama.py", "line": 7, "name": "forward"}
+    ]
+    trace = [
+        {"action": "segment_map", "size": 2 * g, "stream": 0},
+        {"action": "alloc", "size": g, "stream": 0, "frames": fwd},
+        {"action": "segment_map", "size": 3 * g, "stream": 0},
+        {"action": "alloc", "size": 3 * g, "stream": 0, "frames": step},
+        {"action": "free_completed", "size": 3 * g},
+        {"action": "segment_unmap", "size": g},
+    ]
+    grown = memsnap.growths(trace)
+    assert [(x["size"], x["allocated"], x["request"]) for x in grown] == [
+        (2 * g, 0, g),
+        (3 * g, g, 3 * g),
+    ]
+    assert grown[1]["where"].startswith("step (stage_1_and_2.py:99)")  # torch's own frames skipped
+    segs = [{"total_size": 4 * g, "allocated_size": g, "stream": 0,
+             "blocks": [{"size": g, "state": "active_allocated"}, {"size": 3 * g, "state": "inactive"}]}]  # fmt: skip
+    assert memsnap.holes(segs) == [(3 * g, 0, 0)]
+    text = memsnap.summarize({"device_traces": [trace], "segments": segs}, ["step 1: ..."])
+    assert text.startswith("step 1: ...\nat the snapshot: 1 segments, reserved 4.00 GiB")
+    assert "+ 3.000 GiB -> reserved   5.00, allocated   1.00 GiB; request 3.000 GiB at step" in text
