@@ -43,10 +43,7 @@ def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tupl
     ):
         if v.get(name) == "on" and not machine.cuda:
             out.append((f"{flag} on needs CUDA GPUs ({why})", f"use {flag} auto or off here"))
-    out += _attention_problems(v.get("attn", "auto"), machine)
-    if v.get("attn") == "sdpa_varlen" and not v.get("packing"):
-        out.append(("--attn sdpa_varlen keeps samples apart by their offsets in a packed row; "
-                    "without --packing rows are padded", "add --packing, or use --attn sdpa"))  # fmt: skip
+    out += _attention_problems(v.get("attn", "auto"), bool(v.get("packing")), machine)
     out += _expandable_problems(v.get("expandable_segments", "auto"), machine)
     if v.get("precision") == "fp16" and not machine.cuda:
         out.append(("--precision fp16 needs a GPU", "use --precision fp32 or bf16 on the CPU"))
@@ -191,9 +188,12 @@ SOFTCAP_MODELS = ("gemma2",)
 """Models whose attention soft-caps its logits (config attn_logit_softcapping)."""
 
 
-def _attention_problems(attn: str, machine: Machine) -> list[tuple[str, str]]:
+def _attention_problems(attn: str, packing: bool, machine: Machine) -> list[tuple[str, str]]:
     """Kernels the workers would only fail on after loading the model (found on the CPU: a
     FlexAttention run died at its first backward, 90 s in, with a traceback)."""
+    if attn == "sdpa_varlen" and not packing:
+        return [("--attn sdpa_varlen keeps samples apart by their offsets in a packed row; "
+                 "without --packing rows are padded", "add --packing, or use --attn sdpa")]  # fmt: skip
     if attn in ("flex_attention", "flash_attention_2") and not machine.cuda:
         why = ("FlexAttention has no backward on the CPU (torch.nn.attention.flex_attention)"
                if attn == "flex_attention" else "FlashAttention-2 is a CUDA kernel")  # fmt: skip

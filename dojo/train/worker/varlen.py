@@ -73,31 +73,29 @@ def attention(
     if kwargs.get("softcap") is not None:
         raise ValueError(f"--attn {NAME} has no logit soft-capping (Gemma-2): use --attn eager")
     b, h, s, d = query.shape
-    cu: list[int] = []
-    cu_t = kwargs.get("cu_seq_lens_q")
-    if cu_t is not None:  # from PackedCollator(varlen=True): no host sync on CUDA
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is not None:  # from PackedCollator(varlen=True): no host sync on CUDA
         longest = int(kwargs["max_length_q"])
     elif attention_mask is not None:
         raise ValueError(f"--attn {NAME} needs packed rows (--packing), not a padding mask")
     else:  # no offsets given (a caller other than dojo's collator): from position_ids
         pos = kwargs.get("position_ids")
-        flat = pos.reshape(-1).tolist() if pos is not None else list(range(s)) * b
-        cu, longest = sample_offsets(flat)
-        cu_t = torch.tensor(cu, dtype=torch.int32, device=query.device)
+        starts, longest = sample_offsets(pos.reshape(-1).tolist() if pos is not None
+                                         else list(range(s)) * b)  # fmt: skip
+        cu = torch.tensor(starts, dtype=torch.int32)
     q = query.transpose(1, 2).reshape(b * s, h, d)
     k = key.transpose(1, 2).reshape(b * s, key.shape[1], d)
     v = value.transpose(1, 2).reshape(b * s, value.shape[1], d)
     window = kwargs.get("sliding_window")
-    drop = dropout if module.training else 0.0
+    # dropout: the caller's, already 0.0 outside training (as transformers' sdpa takes it)
     if query.device.type == "cuda" and query.dtype in _FLASH_DTYPES:
-        cu_t = cu_t.to(device=query.device, dtype=torch.int32)
+        cu = cu.to(device=query.device, dtype=torch.int32)
         extra = {"window_size_left": window - 1, "window_size_right": 0} if window else {}
         out = torch.ops.aten._flash_attention_forward(
-            q, k, v, cu_t, cu_t, int(longest), int(longest), drop, True, False, scale=scaling,
-            **extra,
-        )[0]  # fmt: skip
+            q, k, v, cu, cu, longest, longest, dropout, True, False, scale=scaling, **extra
+        )[0]
     else:
-        out = _per_sample(q, k, v, cu or cu_t.tolist(), scaling, drop, window)
+        out = _per_sample(q, k, v, cu.tolist(), scaling, dropout, window)
     return out.reshape(b, s, h, d), None
 
 
