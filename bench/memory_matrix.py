@@ -5,7 +5,7 @@ Run on the lent GPU machine (docs/benchmarks.md has the exact call):
     source bench/gpu_setup.sh && python3 bench/memory_matrix.py --shape 1b --out $OUT/mem_1b.json
 
 For each row it prepares a random-weight model of a real shape (weights made once on the GPU and
-saved, so rows load instead of re-initialising), runs `python -m dojo train` for 4 optimizer steps
+saved, so rows load instead of re-initialising), runs `python -m dojo train` for 3 optimizer steps
 on packed synthetic conversations (every micro-batch is exactly --seq-len tokens), samples
 nvidia-smi's "memory.used" and the host's used RAM every 50 ms, and reads the worker's peaks after
 step 1 (PyTorch max allocated / reserved) from dojo_summary.json. A run that dies with CUDA OOM is

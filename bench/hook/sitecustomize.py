@@ -10,8 +10,9 @@ PYTHONPATH and set
   TrainingArguments after its own checks (the Trainer reads them at train());
 - DOJO_BENCH_PROFILE=FILE: torch.profiler over optimizer steps 4-6; the top CUDA ops go to FILE
   (and FILE.cpu for the host side), plus each profiled step's wall time;
-- DOJO_BENCH_MEMSNAP=DIR: the CUDA allocator's memory history over steps 1-4; DIR/<pid>.txt gets
-  bench/memsnap.py's summary (each growth of the reserve, who asked for it, the holes left).
+- DOJO_BENCH_MEMSNAP=DIR: the CUDA allocator's memory history over steps 1-4 (or to the end of
+  a shorter run: the memory matrix runs 3); DIR/<pid>.txt gets bench/memsnap.py's summary
+  (each growth of the reserve, who asked for it, the holes left).
 
 Both wrap functions after their module is first imported (a meta-path finder), so nothing is
 imported early and runs without the variables are untouched.
@@ -134,7 +135,9 @@ def _patch_trainer_memsnap(mod):  # type: ignore[no-untyped-def]
     from memsnap import summarize
 
     class MemSnap(TrainerCallback):  # type: ignore[misc]
-        marks: list[str] = []
+        def __init__(self) -> None:
+            self.marks: list[str] = []
+            self.done = False
 
         def on_train_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
             torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
@@ -148,11 +151,20 @@ def _patch_trainer_memsnap(mod):  # type: ignore[no-untyped-def]
                 f"{torch.cuda.max_memory_allocated() / g:.2f} GiB"
             )
             if state.global_step == 4:
-                snap = torch.cuda.memory._snapshot()
-                torch.cuda.memory._record_memory_history(enabled=None)
-                os.makedirs(_MEMSNAP, exist_ok=True)
-                with open(os.path.join(_MEMSNAP, f"{os.getpid()}.txt"), "w") as f:
-                    f.write(summarize(snap, self.marks))
+                self._dump()
+
+        def on_train_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            self._dump()  # runs shorter than 4 steps (the memory matrix runs 3)
+
+        def _dump(self) -> None:
+            if self.done:
+                return
+            self.done = True
+            snap = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            os.makedirs(_MEMSNAP, exist_ok=True)
+            with open(os.path.join(_MEMSNAP, f"{os.getpid()}.txt"), "w") as f:
+                f.write(summarize(snap, self.marks))
 
     _add_callback(mod, MemSnap)
 
