@@ -171,66 +171,69 @@ def test_buckets_follow_the_model() -> None:
 
 def test_liger_and_compile_auto_follow_the_machine() -> None:
     rich = dataclasses.replace(CUDA, liger=True)
-    assert run_of(rich).liger and not run_of(rich).compile  # auto: off (NaN losses, session 6)
-    both = run_of(rich, compile="on")  # compile asked for: Liger's auto steps aside
-    assert both.compile and not both.liger
-    assert any("liger off: compile on" in a for a in both.assumed)
-    with pytest.raises(ConfigError, match="--compile on with --liger on"):
+    plain = run_of(rich)
+    assert plain.liger and plain.liger_kernels and not plain.compile
+    both = run_of(rich, compile="on")  # compile asked for: Liger's layer kernels step aside
+    assert both.compile and both.liger and not both.liger_kernels
+    assert any(a.startswith("liger loss: compile on") for a in both.assumed)
+    with pytest.raises(ConfigError, match="--compile on with --liger on") as err:
         run_of(rich, compile="on", liger="on")
+    assert "--liger loss" in (err.value.hint or "")
+    asked = run_of(rich, compile="off", liger="loss")  # the fused loss alone, asked for
+    assert asked.liger and not asked.liger_kernels and not asked.compile
     assert not run_of(rich, liger="off").liger
     assert not run_of(CPU).liger
+    with pytest.raises(ConfigError, match="--liger loss needs CUDA"):
+        run_of(liger="loss")
 
 
 def test_compile_auto_is_on_only_where_it_was_measured_to_pay() -> None:
     rich = dataclasses.replace(CUDA, liger=True)
     lora = {"method": "lora", "packing": True}
     on = run_of(rich, **lora)  # session 7's T3: LoRA ZeRO-2, packed, no checkpointing
-    assert on.compile and not on.liger
+    assert on.compile and on.liger and not on.liger_kernels  # session 10: the fused loss stays
     assert any(a.startswith("compile on: LoRA and QLoRA at ZeRO 0-2") for a in on.assumed)
-    assert any("liger off: compile on" in a for a in on.assumed)
     assert run_of(rich, zero=0, **lora).compile
     # session 9's T5: QLoRA ZeRO-2 with checkpointing, 1.84x against 1.24x with Liger
     qlora = run_of(rich, **{**lora, "method": "qlora", "grad_ckpt": True})
-    assert qlora.compile and not qlora.liger and qlora.grad_ckpt
+    assert qlora.compile and qlora.liger and not qlora.liger_kernels and qlora.grad_ckpt
     assert run_of(rich, **{**lora, "grad_ckpt": True}).compile
     for other in (
         {"packing": False},  # padded batches change shape: recompiles, not measured
         {"zero": 3},
         {"method": "full"},  # bought nothing (T1, T7)
         {"offload": "cpu"},
-        {"liger": "on"},  # asked for: the pair gave NaN losses
+        {"liger": "on"},  # asked for: Liger's layer kernels with compile gave NaN losses
         {"compile": "off"},
     ):
         run = run_of(rich, **{**lora, **other})
         assert not run.compile, other
     assert not run_of(CPU, **lora).compile
     assert run_of(rich, liger="off", **lora).compile  # Liger refused: compile still pays
+    assert run_of(rich, liger="loss", **lora).compile
 
 
-def test_compile_auto_steps_aside_when_the_run_no_longer_fits() -> None:
-    """Without Liger the logits are fp32 again; where that does not fit, Liger comes back."""
+def test_compile_auto_keeps_the_liger_memory_of_the_run() -> None:
+    """Compile keeps Liger's fused loss (session 10): its estimate is no larger than the run with
+    all of Liger, so a card the Liger run fits fits the compiled one."""
+    from dojo.estimate.model import estimate
     from dojo.modelspec import resolve_model
-    from dojo.run import autofit
+    from dojo.run import render
 
     rich = dataclasses.replace(CUDA, liger=True)
     spec = resolve_model("llama-3.2-1b")
     lora = {"method": "lora", "packing": True, "micro_batch": 4, "seq_len": 2048}
-    vals = values(**lora)
+    compiled = resolve.resolve(values(**lora), machine=rich, spec=spec, given=set(lora))
+    liger = resolve.resolve(values(**lora, compile="off"), machine=rich, spec=spec, given=set(lora))
+    bare = resolve.resolve(
+        values(**lora, liger="off"), machine=rich, spec=spec, given={*lora, "liger"}
+    )
+    assert compiled.compile and not liger.compile and bare.compile
 
-    def again(v: dict) -> ResolvedRun:
-        return resolve.resolve(v, machine=rich, spec=spec, given=set(lora))
+    def gib(run: ResolvedRun) -> float:
+        return estimate(spec, render.estimate_setup(run, 24.0, None)).gpu_total_gib
 
-    first = again(vals)
-    assert first.compile
-    assert autofit.fit_compile(vals, first, spec, 139.8, again) is first  # fits on an H200
-    assert autofit.fit_compile(vals, first, spec, None, again) is first  # memory unknown
-    small = autofit.fit_compile(vals, first, spec, 24.0, again)  # a 24 GB card
-    assert small.liger and not small.compile
-    why = [a for a in small.assumed if a.startswith("compile ")]
-    assert len(why) == 1 and "Liger's fused loss needs less" in why[0] and "24.0 GiB" in why[0]
-    asked = values(**lora, compile="on", liger="off")
-    kept = resolve.resolve(asked, machine=rich, spec=spec, given={*lora, "compile", "liger"})
-    assert autofit.fit_compile(asked, kept, spec, 24.0, again) is kept  # the user's choice stays
+    assert gib(compiled) <= gib(liger) < gib(bare) - 5  # the fp32 logits: many GiB at 128k vocab
 
 
 def test_round_trip_through_json() -> None:

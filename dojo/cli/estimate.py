@@ -117,16 +117,13 @@ def plan_runs(
     zero_all: bool,
 ) -> list["ResolvedRun"]:
     """One resolved run per row: the stage asked, or every stage bare and with CPU offload.
-    Each is the run dojo train would launch, compile's memory rule included (dojo.run.autofit)."""
-    from dojo.run import autofit, resolve
-
-    def again(v: dict[str, Any]) -> "ResolvedRun":
-        return resolve.resolve(
-            v, machine=target, spec=spec, gpus_per_node=gpus_per_node, given=given
-        )
+    Each is the run dojo train would launch."""
+    from dojo.run import resolve
 
     def one(vals: dict[str, Any]) -> "ResolvedRun":
-        return autofit.fit_compile(vals, again(vals), spec, target.gpu_memory_gib, again)
+        return resolve.resolve(
+            vals, machine=target, spec=spec, gpus_per_node=gpus_per_node, given=given
+        )
 
     if not zero_all:
         return [one(values)]

@@ -48,12 +48,13 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     else:
         per_token = 8 * h + 4 * q + 4 * kv + 6 * i  # frozen base: no linear inputs saved
         per_token += _lora_saved_per_token(spec, setup)
-    if s.liger and s.method == "full":
+    kernels = s.liger and s.liger_kernels
+    if kernels and s.method == "full":
         # Liger's RMSNorm keeps its bf16 input + fp32 rstd instead of HF's fp32 copy + bf16
         # output (-8h by that count) and its SwiGLU keeps gate and up but not silu(gate) (-2i).
         # Measured on the H200 (docs/benchmarks.md rows 1-5) the layer saves 14h + 2i less.
         per_token -= int(cal.liger_full_saved_per_token_h * h) + 2 * i
-    elif s.liger or s.compile:
+    elif kernels or s.compile:
         # Frozen base: HF norms keep no weight-grad inputs there (already excluded above); only
         # the SwiGLU saving applies. A compiled layer gets it too: Inductor's min-cut partitioner
         # recomputes the cheap silu(gate) in the backward rather than keep it (session 8, five

@@ -18,6 +18,7 @@ from dojo.modelspec import ModelSpec
 
 BF16 = 2  # bytes; params, grads, activations and comm buffers are bf16 (DeepSpeed bf16 mode)
 FP32 = 4
+FP64 = 8
 # bitsandbytes 0.50 NF4 with double quant, measured: 0.5 B packed + 8-bit absmax per 64 values +
 # fp32 second-level constants per 256 blocks (docs/memory-model.md sec 4; QLoRA paper sec 3).
 NF4_DQ_BYTES = 0.5159
@@ -325,10 +326,12 @@ def _allocator_reserve(
     small (LoRA) it is what stays reserved (session-3 H200 "fit" rows: 2.16 GiB measured vs
     1.96 for Llama-3.2-1B LoRA, 6.71 vs max(6.91, 1.96) for full ZeRO-2).
     expandable_segments maps the step into the pages the backward freed (no second set); what
-    stays is a fraction of one fp32 logits block without Liger (Calibration), none with it.
+    stays is a fraction of one fp32 logits block without Liger (Calibration), and at ZeRO-1/2
+    the first step's fp64 gradient-norm copy (``_norm_hole``).
     """
     if s.expandable_segments:
-        return s.calibration.expandable_logits_reserve * 2 * bf16_logits
+        logits_hole = s.calibration.expandable_logits_reserve * 2 * bf16_logits
+        return logits_hole + _norm_hole(s, p_t, largest_t)
     if s.offload_optimizer != "none":
         n = s.world_size
         return s.calibration.offload_reserve * (BF16 * p_t / n + FP32 * largest_t)
@@ -337,6 +340,24 @@ def _allocator_reserve(
         # the step's flat partitions, which keep segments of their own: both stay reserved.
         return max(min(churn, step) + bf16_logits, logits_block)
     return max(min(churn, step), logits_block)
+
+
+def _norm_hole(s: Setup, p_t: int, largest_t: int) -> float:
+    """ZeRO-1/2 clip by a gradient norm taken in fp64: get_grad_norm_direct copies each gradient
+    piece of the rank's partition ``.to(get_norm_dtype())``, torch.double on CUDA, one at a time
+    (deepspeed/runtime/zero/stage_1_and_2.py, zero/utils.py). On the first step that 8 B copy of
+    the largest piece comes before the step's flat bf16 gradient (2 B x partition), its fp32
+    upcast and the optimizer's first m and v; all of them are larger, so none reuses its pages
+    and under expandable segments it stays reserved beside them. Read from the allocator's
+    history (bench/memsnap.py, session 10, Gemma-2-2B full ZeRO-2 1 x 2048: a 4.395 GiB hole, 8 B
+    x its 590M-value embedding, of the 6.84 GiB reserved beyond the allocated peak). Where the
+    flat gradient is the smaller (an embedding over a quarter of the model), it lands in the
+    hole instead. Not charged for offload (the norm is taken on the host's copy) or ZeRO-3."""
+    if s.stage not in (1, 2) or not s.deepspeed or s.offload_optimizer != "none":
+        return 0.0
+    partition = -(-p_t // s.world_size)
+    hole = FP64 * min(largest_t, partition)
+    return float(hole) if hole < BF16 * partition else 0.0
 
 
 def _comm(s: Setup, p_t: int, rbs: int) -> tuple[int, int]:

@@ -105,9 +105,11 @@ class Setup:
     """PEFT's default; > 0 keeps a dropout output and mask per adapted module (sec 3.2)."""
     attention: Attention = "sdpa"
     liger: bool = False
-    """Liger kernels: fused linear cross-entropy (logits made and freed chunk by chunk, never
-    whole), RMSNorm that keeps its bf16 input instead of an fp32 copy, SwiGLU that keeps 3
-    tensors of the MLP width instead of 4."""
+    """Liger's fused linear cross-entropy (logits made and freed chunk by chunk, never whole),
+    and with ``liger_kernels`` its RMSNorm that keeps its bf16 input instead of an fp32 copy and
+    SwiGLU that keeps 3 tensors of the MLP width instead of 4."""
+    liger_kernels: bool = True
+    """With ``liger``: its layer kernels too; False = the fused loss alone (--liger loss)."""
     packing: bool = False
     """Several samples per row told apart by position_ids: transformers then builds a 4-D
     block-diagonal mask for SDPA/eager (masking_utils); FlashAttention-2 uses cu_seqlens."""

@@ -105,7 +105,8 @@ def title(rows: list[MemoryEstimate]) -> str:
     method = s.method if s.method == "full" else f"{s.method} r={s.lora_rank}"
     gpus = f"{s.num_gpus} GPU(s)" + (f" x {s.num_nodes} nodes" if s.num_nodes > 1 else "")
     limit = f", GPU {s.gpu_memory_gib:.1f} GiB" if s.gpu_memory_gib else ""
-    extras = [x for x, on in (("liger", s.liger), ("packing", s.packing)) if on]
+    liger = "liger" if s.liger_kernels else "liger loss"
+    extras = [x for x, on in ((liger, s.liger), ("packing", s.packing)) if on]
     extras += [] if s.optim == "adamw" else [s.optim]
     extras += [] if s.deepspeed else ["no DeepSpeed"]
     extras += ["fp32 adapters"] if s.fp32_adapters else []

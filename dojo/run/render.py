@@ -70,6 +70,7 @@ def estimate_setup(
         lora_dropout=run.lora_dropout,
         attention=attention,  # type: ignore[arg-type]
         liger=run.liger,
+        liger_kernels=run.liger_kernels,
         compile=run.compile,
         expandable_segments=run.expandable_segments,
         packing=run.packing,

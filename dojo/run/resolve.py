@@ -34,15 +34,17 @@ def _problems(v: dict[str, Any], machine: Machine, given: set[str]) -> list[tupl
                     "full fine-tuning already saves the whole model: drop --merge"))  # fmt: skip
     if v.get("liger") == "on" and v.get("compile") == "on":
         out.append(("--compile on with --liger on gave NaN losses by step 10 on the H200 "
-                    "(docs/benchmarks.md, session 6)", "choose one: --liger on, or --compile on "
-                    "--liger off"))  # fmt: skip
+                    "(docs/benchmarks.md, session 6)", "use --compile on --liger loss (Liger's "
+                    "fused loss alone), or one of the two"))  # fmt: skip
     for flag, name, why in (
         ("--liger", "liger", "Triton kernels"),
         ("--compile", "compile", "Triton kernels"),
         ("--expandable-segments", "expandable_segments", "a CUDA allocator setting"),
     ):
-        if v.get(name) == "on" and not machine.cuda:
-            out.append((f"{flag} on needs CUDA GPUs ({why})", f"use {flag} auto or off here"))
+        if v.get(name) in ("on", "loss") and not machine.cuda:
+            out.append(
+                (f"{flag} {v[name]} needs CUDA GPUs ({why})", f"use {flag} auto or off here")
+            )
     out += _attention_problems(v.get("attn", "auto"), bool(v.get("packing")), machine)
     out += _expandable_problems(v.get("expandable_segments", "auto"), machine)
     if v.get("precision") == "fp16" and not machine.cuda:
@@ -92,31 +94,34 @@ def resolve(
     )
     precision = v["precision"] if v["precision"] != "auto" else ("bf16" if cuda else "fp32")
     attn = "sdpa" if v["attn"] == "auto" else v["attn"]
-    # torch.compile with Liger's kernels gave NaN losses by step 10 on the H200 (1B full ZeRO-2,
-    # torch 2.11 + liger-kernel 0.8.5; session 6), and DeepSpeed's overflow check had been skipping
-    # those steps, which is where the speed compile seemed to add came from. Either alone trains
-    # (the same run's losses match the plain script's), so --compile on turns Liger's "auto" off
-    # (both "on" is refused in _problems). Compile's own "auto" is on only where it was measured
-    # to pay (compile_auto_pays); dojo train and dojo estimate turn it off again when the run
-    # then no longer fits (dojo.run.autofit).
+    # torch.compile with Liger's layer kernels gave NaN losses by step 10 on the H200 (1B full
+    # ZeRO-2, torch 2.11 + liger-kernel 0.8.5; session 6), and DeepSpeed's overflow check had been
+    # skipping those steps, which is where the speed compile seemed to add came from. Either alone
+    # trains (the same run's losses match the plain script's), and so does compile with Liger's
+    # fused loss alone, which runs after the compiled layers (session 10, T5 and T1: the same
+    # losses as compile alone). So --compile on turns Liger's "auto" to "loss" (--liger on with it
+    # is refused in _problems). Compile's own "auto" is on only where it was measured to pay
+    # (compile_auto_pays). Until session 10 compile ran without Liger's fused loss, and
+    # dojo.run.autofit turned it off where the fp32 logits would not fit; with the fused loss kept,
+    # the compiled run needs no more than Liger's (T5: 3.1 GiB allocated), so that rule is gone.
     auto_compile = v["compile"] == "auto" and compile_auto_pays(v, cuda)
     compile_ = v["compile"] == "on" or auto_compile
-    liger = _switch(v["liger"], cuda and machine.liger and not compile_)
+    has_liger = cuda and machine.liger
+    liger = v["liger"] in ("on", "loss") or (v["liger"] == "auto" and has_liger)
+    liger_kernels = liger and (v["liger"] == "on" or (v["liger"] == "auto" and not compile_))
     if v["liger"] == "auto":
-        if liger:
-            why = "CUDA with liger-kernel"
-        elif cuda and machine.liger:  # off only because compile is on
-            why = "compile on: the two gave NaN losses together (docs/benchmarks.md)"
+        if liger and liger_kernels:
+            said.append("liger on: CUDA with liger-kernel")
+        elif liger:
+            said.append("liger loss: compile on, so Liger's fused loss alone (its layer kernels "
+                        "inside compiled layers gave NaN losses, docs/benchmarks.md session 6)")  # fmt: skip
         else:
-            why = "needs CUDA and liger-kernel (pip install 'dojo[gpu]')"
-        said.append(f"liger {'on' if liger else 'off'}: {why}")
+            said.append("liger off: needs CUDA and liger-kernel (pip install 'dojo[gpu]')")
     if auto_compile:
-        said.append(
-            f"compile on: {COMPILE_AUTO_WHY}; --compile off keeps Liger's smaller loss memory"
-        )
+        said.append(f"compile on: {COMPILE_AUTO_WHY}; --compile off for Liger's layer kernels")
     elif v["compile"] == "auto":
-        said.append("compile off: with Liger it gave NaN losses on the H200 (docs/benchmarks.md); "
-                    "--compile on (Liger then off) to use it")  # fmt: skip
+        said.append("compile off: it pays for packed LoRA and QLoRA at ZeRO 0-2 on CUDA "
+                    "(docs/benchmarks.md); --compile on to use it")  # fmt: skip
     expandable = _expandable(v["expandable_segments"], machine, said)
     adapter = _adapter_params(v, spec)
     bucket, prefetch, leaf = _zero_sizes(v, spec, adapter, said)
@@ -139,7 +144,7 @@ def resolve(
         prefetch_bucket_size=prefetch, z3_leaf=leaf, sub_group_size=_sub_group(v, zero, off),
         overflow_check=v["overflow_check"], expandable_segments=expandable,
         optimizer_from=v["optimizer"], scheduler_from=v["scheduler"], optim=optim,
-        precision=precision, attn=attn, liger=liger, compile=compile_, packing=v["packing"],
+        precision=precision, attn=attn, liger=liger, liger_kernels=liger_kernels, compile=compile_, packing=v["packing"],
         grad_ckpt=v["grad_ckpt"], micro_batch=v["micro_batch"], seq_len=v["seq_len"],
         grad_accum=v["grad_accum"], lora_r=v["lora_r"], lora_alpha=v["lora_alpha"],
         lora_dropout=v["lora_dropout"], lora_targets=v["lora_targets"], merge=v["merge"],
@@ -166,7 +171,9 @@ COMPILE_AUTO_WHY = (
 def compile_auto_pays(v: dict[str, Any], cuda: bool) -> bool:
     """--compile auto: on for the kind of run where it was measured to pay: adapters (LoRA,
     QLoRA) at ZeRO 0-2, optimizer on the GPU, packed rows (one shape: no recompiles), on CUDA,
-    Liger not asked for (the two together gave NaN losses). Measured: LoRA without checkpointing
+    --liger on not asked for (Liger's layer kernels with compile gave NaN losses; its fused loss
+    alone, --liger loss, goes with compile: session 10, T5 40,044 tokens/s and 3.1 GiB allocated,
+    the same losses as compile alone). Measured: LoRA without checkpointing
     (session 7-8, T3) and QLoRA with reentrant checkpointing (session 9, T5: 40,389-41,079 tokens/s
     against 26,407-28,088 with Liger, losses within the plain script's run-to-run spread); the
     checkpoint wraps the compiled layer, so the first pass runs an inference graph and the
@@ -310,7 +317,3 @@ def _overlap_comm(
                     "after backward, nothing to overlap")  # fmt: skip
         return False
     return bool(v["overlap_comm"])
-
-
-def _switch(choice: str, auto: bool) -> bool:
-    return auto if choice == "auto" else choice == "on"

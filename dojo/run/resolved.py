@@ -46,6 +46,7 @@ class ResolvedRun:
     attn: str
     """sdpa | eager | flex_attention | flash_attention_2 | sdpa_varlen (dojo.train.worker.varlen)."""
     liger: bool
+    """Liger's fused linear cross-entropy (and, with ``liger_kernels``, its layer kernels)."""
     compile: bool
     packing: bool
     grad_ckpt: bool
@@ -142,6 +143,10 @@ class ResolvedRun:
     expandable_segments: bool = False
     """The worker runs PyTorch's CUDA allocator with expandable_segments:True (a run.json
     written before this field ran with the default allocator, unless its environment said)."""
+    liger_kernels: bool = True
+    """With ``liger``: also Liger's RMSNorm / SwiGLU / RoPE kernels; False = its fused linear
+    cross-entropy alone (--liger loss, what --compile picks: the kernels inside compiled layers
+    gave NaN losses, session 6). A run.json written before this field ran with all of them."""
 
     @property
     def evaluates(self) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 from dojo import _io, _output
 from dojo.errors import LaunchError
-from dojo.run import autofit, inputs, render, resolve
+from dojo.run import inputs, render, resolve
 from dojo.run.resolved import ResolvedRun
 from dojo.train import checkpoints, launch, preflight, rank_status, vocab
 from dojo.train.preflight import Plan
@@ -34,13 +34,9 @@ def plan(
     resolve.resolve(values, machine=machine, gpus=devices.ids, gpus_per_node=per_node, given=given)
     kind, spec = preflight.resolve_model(values["model"], values["revision"], dry_run=dry_run)
 
-    def again(vals: dict[str, Any]) -> ResolvedRun:
-        return resolve.resolve(
-            vals, machine=machine, spec=spec, gpus=devices.ids, gpus_per_node=per_node, given=given
-        )
-
-    gpu_mem = machine.gpu_memory_gib if machine.cuda else None
-    run = autofit.fit_compile(values, again(values), spec, gpu_mem, again)
+    run = resolve.resolve(
+        values, machine=machine, spec=spec, gpus=devices.ids, gpus_per_node=per_node, given=given
+    )
     preflight.check_init(run, kind)
     preflight.check_template(run.template, run.model, kind)
     added = vocab.check_before_launch(run, run.model if kind == "local" else None)

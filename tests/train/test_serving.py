@@ -1,6 +1,7 @@
 """Output that serves (issue 15 item 3), fast: which template tokens must be single tokens, the
 tokenizer the run saves, generation_config.json; and the worker's eval split and Trainer args."""
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -180,6 +181,21 @@ def test_training_args_spell_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
         getattr(ckpt, "activation_checkpointing_kwargs", None) or ckpt.gradient_checkpointing_kwargs
     )
     assert kw == {"use_reentrant": True}  # the faster path (host-bound steps, session 5)
+    assert not args.use_liger_kernel and args.liger_kernel_config is None
+    loss_only = dataclasses.replace(run, liger=True, liger_kernels=False)  # --liger loss
+    largs = build_training_args(SimpleNamespace(**{**vars(job), "run": loss_only}))
+    assert largs.use_liger_kernel and largs.liger_kernel_config["fused_linear_cross_entropy"]
+    assert not any(
+        v for k, v in largs.liger_kernel_config.items() if k != "fused_linear_cross_entropy"
+    )
+    assert {"rms_norm", "swiglu", "rope", "geglu"} <= set(largs.liger_kernel_config)
+    every = dataclasses.replace(
+        run, liger=True, liger_kernels=True
+    )  # --liger on: liger-kernel's own defaults
+    assert (
+        build_training_args(SimpleNamespace(**{**vars(job), "run": every})).liger_kernel_config
+        is None
+    )
     (stop,) = eval_callbacks(run)
     assert stop.early_stopping_patience == 2
 

@@ -16,6 +16,17 @@ LOGGING_RATIO = 0.01
 """--logging-steps auto without --max-steps: transformers reads a float < 1 as a fraction of the
 total steps and rounds up, so runs under 100 steps log every step, longer ones ~100 times."""
 
+LIGER_LOSS_ONLY = {
+    "fused_linear_cross_entropy": True,
+    **dict.fromkeys(
+        ("cross_entropy", "rope", "rms_norm", "swiglu", "geglu", "layer_norm", "relu_squared"),
+        False,
+    ),
+}
+"""--liger loss: liger-kernel's per-model apply functions take the kwargs their signature names
+(``_apply_liger_kernel_to_instance`` filters the rest), so every layer kernel any of them offers
+is named off here; left unnamed, a kernel keeps its default (on)."""
+
 
 def build_training_args(job: Any) -> TrainingArguments:
     """Before the model: with ZeRO-3 this arms zero.Init so weights load already sharded."""
@@ -71,6 +82,7 @@ def build_training_args(job: Any) -> TrainingArguments:
         # Liger: fused RMSNorm/SwiGLU/RoPE and the fused linear cross-entropy that never
         # materialises the fp32 logits (the peak with 128k+ vocabularies).
         use_liger_kernel=bool(run.liger),
+        liger_kernel_config=LIGER_LOSS_ONLY if run.liger and not run.liger_kernels else None,
         torch_compile=compile_,
         remove_unused_columns=False,
         # Two loader processes on a GPU (the plain script's setting): collating off the main
