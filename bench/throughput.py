@@ -165,6 +165,9 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     # Session 9: packed samples through PyTorch's own FlashAttention kernel by their
     # offsets (dojo.train.worker.varlen), no mask; the lead for T6 after FlexAttention's 19.5k.
     "dojo-varlen": (["--attn", "sdpa_varlen"], {}),
+    # Session 10: --attn auto is sdpa_varlen for packed bf16 Llama/Qwen runs without compile
+    # (T6: 1.11x the masked kernel); this is the masked kernel, dojo's default before it.
+    "dojo-sdpa": (["--attn", "sdpa"], {}),
     "dojo-overlap-on": (["--overlap-comm"], {}),
     "dojo-flce-reentrant": (
         [],

@@ -222,7 +222,8 @@ def test_compile_auto_keeps_the_liger_memory_of_the_run() -> None:
 
     rich = dataclasses.replace(CUDA, liger=True)
     spec = resolve_model("llama-3.2-1b")
-    lora = {"method": "lora", "packing": True, "micro_batch": 4, "seq_len": 2048}
+    # one attention kernel for all three (--attn auto would pick sdpa_varlen without compile)
+    lora = {"method": "lora", "packing": True, "micro_batch": 4, "seq_len": 2048, "attn": "sdpa"}
     compiled = resolve.resolve(values(**lora), machine=rich, spec=spec, given=set(lora))
     liger = resolve.resolve(values(**lora, compile="off"), machine=rich, spec=spec, given=set(lora))
     bare = resolve.resolve(
@@ -234,6 +235,34 @@ def test_compile_auto_keeps_the_liger_memory_of_the_run() -> None:
         return estimate(spec, render.estimate_setup(run, 24.0, None)).gpu_total_gib
 
     assert gib(compiled) <= gib(liger) < gib(bare) - 5  # the fp32 logits: many GiB at 128k vocab
+
+
+def test_attn_auto_is_sdpa_varlen_where_it_was_measured() -> None:
+    """Session 10 (T6): packed rows through the FlashAttention kernel by their offsets ran 1.11x
+    the masked SDPA kernel with the same losses; auto picks it only on those terms."""
+    from dojo.modelspec import resolve_model
+
+    llama, qwen = resolve_model("llama-3.2-1b"), resolve_model("qwen2.5-1.5b")
+    packed = {"packing": True}
+    run = run_of(CUDA, llama, **packed)
+    assert run.attn == "sdpa_varlen"
+    assert any(a.startswith("attn sdpa_varlen: packed samples") for a in run.assumed)
+    assert run_of(CUDA, qwen, method="lora", compile="off", **packed).attn == "sdpa_varlen"
+    for machine, spec, other in (
+        (CUDA, llama, {"packing": False}),  # padded rows: nothing to keep apart
+        (CPU, llama, packed),
+        (CUDA, llama, {**packed, "precision": "fp16"}),  # pre-Ampere GPUs train in fp16
+        (CUDA, llama, {**packed, "compile": "on"}),  # left out of the compiled graph
+        (CUDA, llama, {**packed, "method": "lora"}),  # compile's auto is on there
+        (CUDA, resolve_model("gemma-2-2b"), packed),  # soft-capping
+        (CUDA, resolve_model("mistral-7b-v0.3"), packed),  # windows not run on the GPU
+        (CUDA, None, packed),  # a model dojo does not know
+    ):
+        assert run_of(machine, spec, **other).attn == "sdpa", other
+    assert run_of(CUDA, llama, attn="sdpa", **packed).attn == "sdpa"  # asked for: kept
+    assert not any(
+        a.startswith("attn ") for a in run_of(CUDA, llama, attn="sdpa", **packed).assumed
+    )
 
 
 def test_round_trip_through_json() -> None:

@@ -357,7 +357,7 @@ _OPTIONS = [
         "choice",
         AUTO,
         "Attention kernel: auto | sdpa | eager | flex_attention | flash_attention_2 | sdpa_varlen",
-        "auto = sdpa. sdpa_varlen (with --packing): PyTorch's own FlashAttention kernel over each packed sample's offsets, no mask and no flash-attn package (not yet measured on a GPU). flex_attention on packed rows of varying length ran 19,547 tokens/s against sdpa's 42,046 (1B full ZeRO-2, H200, docs/benchmarks.md session 9)",
+        "auto = sdpa_varlen for packed bf16 runs on CUDA without compile, on Llama, Qwen2 and Qwen3 models; sdpa elsewhere. sdpa_varlen (with --packing): PyTorch's own FlashAttention kernel over each packed sample's offsets, no mask and no flash-attn package: 44,596 tokens/s against sdpa's 40,042 with the same losses (1B full ZeRO-2, realistic mix, H200, docs/benchmarks.md session 10). flex_attention on packed rows of varying length ran 19,547 tokens/s against sdpa's 42,046 (1B full ZeRO-2, H200, docs/benchmarks.md session 9)",
         choices=ATTNS,
         panel=OPT,
     ),

@@ -93,7 +93,6 @@ def resolve(
         (off if zero == 3 else "none") if v["offload_param"] == "auto" else v["offload_param"]
     )
     precision = v["precision"] if v["precision"] != "auto" else ("bf16" if cuda else "fp32")
-    attn = "sdpa" if v["attn"] == "auto" else v["attn"]
     # torch.compile with Liger's layer kernels gave NaN losses by step 10 on the H200 (1B full
     # ZeRO-2, torch 2.11 + liger-kernel 0.8.5; session 6), and DeepSpeed's overflow check had been
     # skipping those steps, which is where the speed compile seemed to add came from. Either alone
@@ -122,6 +121,9 @@ def resolve(
     elif v["compile"] == "auto":
         said.append("compile off: it pays for packed LoRA and QLoRA at ZeRO 0-2 on CUDA "
                     "(docs/benchmarks.md); --compile on to use it")  # fmt: skip
+    attn = v["attn"] if v["attn"] != "auto" else _auto_attention(v, spec, cuda, precision, compile_)
+    if v["attn"] == "auto" and attn != "sdpa":
+        said.append(f"attn {attn}: {VARLEN_AUTO_WHY}; --attn sdpa for the masked kernel")
     expandable = _expandable(v["expandable_segments"], machine, said)
     adapter = _adapter_params(v, spec)
     bucket, prefetch, leaf = _zero_sizes(v, spec, adapter, said)
@@ -189,6 +191,30 @@ def compile_auto_pays(v: dict[str, Any], cuda: bool) -> bool:
         and bool(v["packing"])
         and v["liger"] != "on"
     )
+
+
+VARLEN_AUTO_MODELS = ("llama", "qwen2", "qwen3")
+"""--attn auto picks sdpa_varlen for these (measured: Llama full and Qwen2.5 LoRA rows, session 10;
+Qwen3 is Qwen2's attention with q/k norms before it). Not Mistral (sliding windows went through the
+kernel on the CPU path only) nor models dojo does not know."""
+
+VARLEN_AUTO_WHY = (
+    "packed samples by their offsets through PyTorch's FlashAttention kernel, no mask: 44,596 "
+    "tokens/s against 40,042 with the masked SDPA kernel, the same losses (1B full ZeRO-2, "
+    "realistic mix, H200, medians of 2 in one call; docs/benchmarks.md session 10)"
+)
+
+
+def _auto_attention(
+    v: dict[str, Any], spec: Any, cuda: bool, precision: str, compile_: bool
+) -> str:
+    """--attn auto: sdpa_varlen where it was measured (packed rows, bf16 on CUDA: Ampere or
+    newer, which the kernel needs), else sdpa. Not under compile: the varlen call is left out of
+    the compiled graph (one split per layer), and compiled runs with it were not timed."""
+    known = getattr(spec, "model_type", None) in VARLEN_AUTO_MODELS
+    if cuda and v["packing"] and precision == "bf16" and not compile_ and known:
+        return "sdpa_varlen"
+    return "sdpa"
 
 
 SOFTCAP_MODELS = ("gemma2",)
