@@ -65,6 +65,7 @@ def setup_for(m: dict[str, Any]) -> Setup:
         offload_optimizer=p.get("offload", "none"),
         lora_dropout=0.05,  # dojo train's and baseline_trainer.py's default
         liger=bool(p.get("liger")) and not plain,
+        liger_kernels=not p.get("liger_loss"),  # Row.liger_loss: session-12 rows on
         packing=bool(p.get("packing")) and not plain,
         deepspeed=not no_ds,
         z3_leaf_layer=leaf and stage == 3,

@@ -58,6 +58,7 @@ ROW_FILES = {
     "s9": "matrix_rows_s9",
     "s10": "matrix_rows_s10",
     "s11": "matrix_rows_s11",
+    "s12": "matrix_rows_s12",
 }
 
 
@@ -99,12 +100,14 @@ def command(row: Row, model: Path, work: Path, run_dir: Path) -> list[str]:
             "--method", row.method, "--offload", row.offload,
             *(["--grad-ckpt"] if row.grad_ckpt else []),
         ]  # fmt: skip
+    # s12 on: liger_loss = Liger's fused loss alone (what --compile picks from session 10)
+    liger = "loss" if getattr(row, "liger_loss", False) else ("on" if row.liger else "off")
     return [
         sys.executable, "-m", "dojo", "train", "--gpus", "0", "--model", str(model),
         "--data", str(data), "--template", "chatml", "--method", row.method,
         "--zero", str(row.stage), "--offload", row.offload, "--micro-batch", str(row.micro_batch),
         "--seq-len", str(row.seq_len), "--packing" if row.packing else "--no-packing",
-        "--max-steps", str(STEPS), "--save-steps", "0", "--liger", "on" if row.liger else "off",
+        "--max-steps", str(STEPS), "--save-steps", "0", "--liger", liger,
         "--grad-ckpt" if row.grad_ckpt else "--no-grad-ckpt", "--compile", row.compile,
         # explicit both ways (dojo's auto is on from session 8): the row says which allocator
         "--expandable-segments", "on" if expandable(dataclasses.asdict(row)) else "off",

@@ -72,6 +72,23 @@ def test_a_row_attention_reaches_the_run_and_the_estimate(bench: None, tmp_path:
     assert "--attn" not in parallel.command(plain, tmp_path / "model", tmp_path, tmp_path / "r2")
 
 
+def test_a_liger_loss_row_runs_and_is_estimated_as_the_fused_loss_alone(
+    bench: None, tmp_path: Path
+) -> None:
+    """Session-12 rows: --liger loss on the command, no Liger layer kernels in the estimate."""
+    parallel = importlib.import_module("memory_parallel")
+    heldout = importlib.import_module("memory_heldout")
+    rows = parallel.load_rows("s12")
+    loss = [r for r in rows if r.liger_loss][0]
+    cmd = parallel.command(loss, tmp_path / "model", tmp_path, tmp_path / "run")
+    assert cmd[cmd.index("--liger") + 1] == "loss" and cmd[cmd.index("--compile") + 1] == "on"
+    setup = parallel.setup_for(loss, heldout.spec_for(loss.shape), None, 139.0, 64.0)
+    assert setup.liger and not setup.liger_kernels and setup.compile
+    full = [r for r in rows if r.system == "dojo" and not r.liger_loss][0]
+    cmd = parallel.command(full, tmp_path / "model", tmp_path, tmp_path / "r2")
+    assert cmd[cmd.index("--liger") + 1] == "on"
+
+
 def test_memsnap_names_the_allocation_that_grew_the_reserve(bench: None) -> None:
     memsnap = importlib.import_module("memsnap")
     g = 2**30
