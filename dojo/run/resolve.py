@@ -146,7 +146,8 @@ def resolve(
         prefetch_bucket_size=prefetch, z3_leaf=leaf, sub_group_size=_sub_group(v, zero, off),
         overflow_check=v["overflow_check"], expandable_segments=expandable,
         optimizer_from=v["optimizer"], scheduler_from=v["scheduler"], optim=optim,
-        precision=precision, attn=attn, liger=liger, liger_kernels=liger_kernels, compile=compile_, packing=v["packing"],
+        precision=precision, attn=attn, liger=liger, liger_kernels=liger_kernels,
+        compile=compile_, packing=v["packing"],
         grad_ckpt=v["grad_ckpt"], micro_batch=v["micro_batch"], seq_len=v["seq_len"],
         grad_accum=v["grad_accum"], lora_r=v["lora_r"], lora_alpha=v["lora_alpha"],
         lora_dropout=v["lora_dropout"], lora_targets=v["lora_targets"], merge=v["merge"],
@@ -208,8 +209,8 @@ VARLEN_AUTO_WHY = (
 def _auto_attention(
     v: dict[str, Any], spec: Any, cuda: bool, precision: str, compile_: bool
 ) -> str:
-    """--attn auto: sdpa_varlen where it was measured (packed rows, bf16 on CUDA: Ampere or
-    newer, which the kernel needs), else sdpa. Not under compile: the varlen call is left out of
+    """--attn auto: sdpa_varlen where it was measured (packed rows, bf16 on CUDA; a GPU older
+    than Ampere, which has no such kernel, takes varlen's exact per-sample path), else sdpa. Not under compile: the varlen call is left out of
     the compiled graph (one split per layer), and compiled runs with it were not timed."""
     known = getattr(spec, "model_type", None) in VARLEN_AUTO_MODELS
     if cuda and v["packing"] and precision == "bf16" and not compile_ and known:

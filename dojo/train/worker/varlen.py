@@ -15,14 +15,15 @@ How it is wired (transformers 5):
   ``cu_seq_lens_q/k`` and ``max_length_q/k``, as transformers' DataCollatorWithFlattening does for
   FlashAttention-2: the Trainer passes them to the model, which hands them to every attention call.
   The offsets are made on the loader's CPU side, so no layer waits on the GPU to find them.
-- Off CUDA, or in fp32, the same offsets drive one causal SDPA call per sample: exact, slow, for
-  CPU runs and tests.
+- Off CUDA, in fp32, or on a GPU older than Ampere (the kernel needs sm80), the same offsets drive
+  one causal SDPA call per sample: exact, slow, for CPU runs and tests.
 
 Not supported: rows without packing (refused before launch) and logit soft-capping (refused
 before launch for Gemma-2, at the first forward for a model dojo does not know). Sliding windows
 go to the kernel as ``window_size_left``.
 """
 
+import functools
 from typing import Any
 
 import torch
@@ -32,6 +33,11 @@ from dojo.train.worker.packing import sample_offsets
 
 NAME = "sdpa_varlen"
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
+
+
+@functools.cache
+def _flash_capable(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (8, 0)
 
 
 def _per_sample(
@@ -88,7 +94,8 @@ def attention(
     v = value.transpose(1, 2).reshape(b * s, value.shape[1], d)
     window = kwargs.get("sliding_window")
     # dropout: the caller's, already 0.0 outside training (as transformers' sdpa takes it)
-    if query.device.type == "cuda" and query.dtype in _FLASH_DTYPES:
+    cuda = query.device.type == "cuda"
+    if cuda and query.dtype in _FLASH_DTYPES and _flash_capable(query.device.index or 0):
         cu = cu.to(device=query.device, dtype=torch.int32)
         extra = {"window_size_left": window - 1, "window_size_right": 0} if window else {}
         out = torch.ops.aten._flash_attention_forward(
