@@ -351,7 +351,18 @@ def main(argv: list[str] | None = None) -> int:
             rank_status.write(job.run_dir, rank, f"failed: {type(e).__name__}: {e}"[:500])
         raise
     rank_status.write(job.run_dir, rank, "done")
+    leave_process_group()
     return rc
+
+
+def leave_process_group() -> None:
+    """torch.distributed's advice before a process exits: destroy the group. Left to interpreter
+    teardown, a ZeRO-3 CPU rank (gloo) once died after training had finished and its summary was
+    written ("terminate called without an active exception", exit 250; CI, session 10)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def expandable_segments() -> None:
