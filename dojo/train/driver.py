@@ -207,13 +207,12 @@ def main(
     _output.info("launch: " + shown)
     rank_status.clear(run_dir)
     rc = launch.run(cmd, env)
-    if rc == 130:
-        _output.info("interrupted: every process of the run was stopped")
-    elif rc != 0 and rank_status.all_done(run_dir, run.world_size):
+    if rc not in (0, 130) and rank_status.all_done(run_dir, run.world_size):
         _output.info(f"warning: every rank finished (model, checkpoints and summary written), then "
                      f"a process exited with code {rc} as it shut down; the run is complete")  # fmt: skip
-        _output.info(final_line(run_dir, time.monotonic() - started))
         rc = 0
+    if rc == 130:
+        _output.info("interrupted: every process of the run was stopped")
     elif rc != 0:
         dead = rank_status.describe_failure(run_dir)
         for line in dead:

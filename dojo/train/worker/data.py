@@ -102,10 +102,10 @@ def build(
             # micro-batch there; SDPA/flex/eager read per-row position_ids, and keeping
             # [micro_batch, seq_len] rows lets a row that holds one sample use the unmasked
             # causal (flash) SDPA kernel instead of a masked one over the whole flat batch.
-            # sdpa_varlen (dojo.train.worker.varlen) takes the samples' offsets from the batch.
+            # sdpa_varlen (dojo.train.worker.varlen) takes the samples' offsets from the batch
+            # (varlen: a flat row too, the collator's own rule).
             impl = getattr(model.config, "_attn_implementation", "")
-            varlen = impl == "sdpa_varlen"
-            flatten = impl == "flash_attention_2" or varlen
+            flatten, varlen = impl == "flash_attention_2", impl == "sdpa_varlen"
             collate = packing.PackedCollator(pad_id, flatten=flatten, varlen=varlen)
             return train, evals, collate, info
         print0(f"warning: packing off, padding instead: {why}")
