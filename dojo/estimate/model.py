@@ -214,6 +214,10 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         # reuse them (plain rows: about the bf16 logits block).
         logits_block = loss_term
     reserve = _allocator_reserve(s, churn, step, p_t, largest_t, logits_block, bf16_logits)
+    if s.expandable_segments:
+        backward_extra = params_work + grads_work + activations + logits + comm_current
+        largest_freed = max(kept, loss_phase)
+        reserve += _step_pages_hole(s, p_t, largest_t, largest_freed, churn, step, backward_extra)
     c = host_terms(spec, s, p_t, largest_t, stored)
     if c["nvme"]:
         notes.append(f"NVMe holds {c['nvme'] / GIB:.1f} GiB per node")
@@ -330,8 +334,8 @@ def _allocator_reserve(
     the first step's fp64 gradient-norm copy (``_norm_hole``).
     """
     if s.expandable_segments:
-        logits_hole = s.calibration.expandable_logits_reserve * 2 * bf16_logits
-        return logits_hole + _norm_hole(s, p_t, largest_t)
+        # + _step_pages_hole (the caller adds it: it needs the phases' sizes)
+        return s.calibration.expandable_logits_reserve * 2 * bf16_logits
     if s.offload_optimizer != "none":
         n = s.world_size
         return s.calibration.offload_reserve * (BF16 * p_t / n + FP32 * largest_t)
@@ -340,6 +344,43 @@ def _allocator_reserve(
         # the step's flat partitions, which keep segments of their own: both stay reserved.
         return max(min(churn, step) + bf16_logits, logits_block)
     return max(min(churn, step), logits_block)
+
+
+def _step_pages_hole(
+    s: Setup,
+    p_t: int,
+    largest_t: int,
+    largest_freed: float,
+    churn: float,
+    step: float,
+    backward_extra: float,
+) -> float:
+    """What ZeRO-1/2's optimizer step leaves reserved under expandable segments, beyond the
+    allocated peak. The step asks for partition-sized blocks (stage_1_and_2.py step: the fp64
+    norm copy of each gradient piece, the flat bf16 gradient, its fp32 upcast; on the first
+    step AdamW's m and v), each contiguous in the segment's virtual range. The pages the
+    backward freed (``churn``: activations, loss blocks) stay mapped; a block lands in them only
+    where one freed run is as large as it. The largest run is about the larger of the
+    activations the forward kept (allocated one after another) and the loss phase's blocks
+    (``largest_freed``).
+
+    - Runs smaller than the fp32 upcast (4 B x partition): the step's big blocks are mapped
+      anew beside them and all the freed pages stay reserved (allocator history, session 11:
+      Qwen3-1.7B full ZeRO-2 2 x 2048 without checkpointing, 6.1 GiB of kept activations
+      against a 6.4 GiB upcast: holes of 9.6, 6.4 and 6.3 GiB at the end); the fp64 norm copy
+      lands in them when it fits (``_norm_hole`` otherwise).
+    - Runs as large as the upcast take the step's blocks: only the norm copy's hole stays.
+
+    The holes are beside the step, not the backward: only what the step phase then holds above
+    the backward's allocated peak shows in the device total."""
+    if s.stage not in (1, 2) or not s.deepspeed or s.offload_optimizer != "none":
+        return 0.0
+    partition = -(-p_t // s.world_size)
+    norm_copy = FP64 * min(largest_t, partition)
+    if largest_freed >= FP32 * partition:
+        return _norm_hole(s, p_t, largest_t)
+    held = churn + (0.0 if norm_copy <= largest_freed else _norm_hole(s, p_t, largest_t))
+    return max(0.0, step + held - max(backward_extra, step))
 
 
 def _norm_hole(s: Setup, p_t: int, largest_t: int) -> float:
