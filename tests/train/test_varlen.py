@@ -67,6 +67,48 @@ def test_varlen_matches_masked_sdpa_logits_and_grads(offsets_given: bool) -> Non
         torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_varlen_equal_samples_take_one_dense_causal_call() -> None:
+    """Samples of one length (fixed-length data) go through one batched causal SDPA: the same
+    output and gradients as one call per sample, GQA included; unequal ones do not."""
+    import torch
+
+    from dojo.train.worker import varlen
+
+    torch.manual_seed(0)
+    b, h, hkv, s, d = 1, 4, 2, 12, 8
+    query, key, value = (torch.randn(b, n, s, d, requires_grad=True) for n in (h, hkv, hkv))
+    calls: list[tuple[int, ...]] = []
+    real = varlen.F.scaled_dot_product_attention
+
+    def spy(q: Any, *args: Any, **kw: Any) -> Any:
+        calls.append(tuple(q.shape))
+        return real(q, *args, **kw)
+
+    varlen.F.scaled_dot_product_attention = spy
+    try:
+        cu = torch.tensor([0, 4, 8, 12], dtype=torch.int32)
+        out, _ = varlen.attention(None, query, key, value, None, cu_seq_lens_q=cu, max_length_q=4)
+    finally:
+        varlen.F.scaled_dot_product_attention = real
+    assert calls == [(3, h, 4, d)]  # one call, the samples as its batch
+    flat = [t.transpose(1, 2).reshape(b * s, t.shape[1], d) for t in (query, key, value)]
+    ref = varlen._per_sample(*flat, [0, 4, 8, 12], None, 0.0, None).reshape(b, s, h, d)
+    torch.testing.assert_close(out, ref)
+    grads = torch.autograd.grad(out.square().sum(), (query, key, value))
+    ref_grads = torch.autograd.grad(ref.square().sum(), (query, key, value))
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r)
+    # 5 + 7 tokens: not equal, so the per-sample path (two calls) on the CPU
+    calls.clear()
+    varlen.F.scaled_dot_product_attention = spy
+    try:
+        cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+        varlen.attention(None, query, key, value, None, cu_seq_lens_q=cu, max_length_q=7)
+    finally:
+        varlen.F.scaled_dot_product_attention = real
+    assert calls == [(h, 5, d), (h, 7, d)]
+
+
 def test_varlen_sliding_window_per_sample() -> None:
     """A window shorter than a sample: each token sees itself and the window - 1 before it;
     a sample no longer than the window is plain causal."""
