@@ -102,9 +102,9 @@ def attention(
     samples = len(cu) - 1  # a shape: no host sync
     if samples * longest == b * s and (window is None or longest <= window):
         # Equal samples (each no longer than `longest`, and they fill the batch): dense causal.
-        per = (t.view(samples, longest, t.shape[1], d).transpose(1, 2) for t in (q, k, v))
+        qs, ks, vs = (t.view(samples, longest, t.shape[1], d).transpose(1, 2) for t in (q, k, v))
         out = F.scaled_dot_product_attention(
-            *per, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=k.shape[1] != h
+            qs, ks, vs, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=k.shape[1] != h
         )
         return out.transpose(1, 2).reshape(b, s, h, d), None
     cuda = query.device.type == "cuda"
