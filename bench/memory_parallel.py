@@ -59,6 +59,7 @@ ROW_FILES = {
     "s10": "matrix_rows_s10",
     "s11": "matrix_rows_s11",
     "s12": "matrix_rows_s12",
+    "s13": "matrix_rows_s13",
 }
 
 
