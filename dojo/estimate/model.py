@@ -329,12 +329,12 @@ def _allocator_reserve(
     block (2 B x T x V) is the largest transient of the backward phase: when the step is
     small (LoRA) it is what stays reserved (session-3 H200 "fit" rows: 2.16 GiB measured vs
     1.96 for Llama-3.2-1B LoRA, 6.71 vs max(6.91, 1.96) for full ZeRO-2).
-    expandable_segments maps the step into the pages the backward freed (no second set); what
-    stays is a fraction of one fp32 logits block without Liger (Calibration), and at ZeRO-1/2
-    the first step's fp64 gradient-norm copy (``_norm_hole``).
+    expandable_segments maps the step into the pages the backward freed where a freed run is
+    large enough (no second set); what stays is a fraction of one fp32 logits block without Liger
+    (Calibration), and at ZeRO-1/2 what ``_step_pages_hole`` names (the caller adds it: it needs
+    the phases' sizes).
     """
     if s.expandable_segments:
-        # + _step_pages_hole (the caller adds it: it needs the phases' sizes)
         return s.calibration.expandable_logits_reserve * 2 * bf16_logits
     if s.offload_optimizer != "none":
         n = s.world_size
