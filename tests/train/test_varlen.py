@@ -169,12 +169,16 @@ def test_varlen_trains_through_the_launcher_like_sdpa(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-def test_varlen_cuda_kernel_matches_masked_sdpa() -> None:
+@pytest.mark.parametrize(
+    "lengths", [(70, 120, 50, 90, 30, 200, 17), (256, 256, 256)], ids=["packed", "equal"]
+)
+def test_varlen_cuda_kernel_matches_masked_sdpa(lengths: tuple[int, ...]) -> None:
     """On CUDA in bf16 the offsets go to PyTorch's FlashAttention kernel (GQA: 4 heads, 2 kv
-    heads); logits and gradients must match masked SDPA to bf16 precision."""
+    heads), or samples of one length to one dense causal SDPA call; logits and gradients must
+    match masked SDPA to bf16 precision."""
     import torch
 
-    rows = pack(random_examples((70, 120, 50, 90, 30, 200, 17)), 256)
+    rows = pack(random_examples(lengths), 256)
     batch = {k: v.cuda() if hasattr(v, "cuda") else v
              for k, v in PackedCollator(pad_id=0, varlen=True)(rows).items()}  # fmt: skip
     ref_model, var_model = (_tiny(a).to("cuda", torch.bfloat16) for a in ("sdpa", "sdpa_varlen"))
