@@ -374,16 +374,16 @@ def _step_pages_hole(
     The holes are beside the step, not the backward: only what the step phase then holds above
     the backward's allocated peak shows in the device total."""
     if s.stage not in (1, 2) or not s.deepspeed or s.offload_optimizer != "none":
-        return 0.0
+        return 0.0  # the norm is taken on the host's copy (offload); ZeRO-0/3 have no such step
     partition = -(-p_t // s.world_size)
     norm_copy = FP64 * min(largest_t, partition)
     if largest_freed >= FP32 * partition:
-        return _norm_hole(s, p_t, largest_t)
-    held = churn + (0.0 if norm_copy <= largest_freed else _norm_hole(s, p_t, largest_t))
+        return _norm_hole(norm_copy, partition)
+    held = churn + (0.0 if norm_copy <= largest_freed else _norm_hole(norm_copy, partition))
     return max(0.0, step + held - max(backward_extra, step))
 
 
-def _norm_hole(s: Setup, p_t: int, largest_t: int) -> float:
+def _norm_hole(norm_copy: int, partition: int) -> float:
     """ZeRO-1/2 clip by a gradient norm taken in fp64: get_grad_norm_direct copies each gradient
     piece of the rank's partition ``.to(get_norm_dtype())``, torch.double on CUDA, one at a time
     (deepspeed/runtime/zero/stage_1_and_2.py, zero/utils.py). On the first step that 8 B copy of
@@ -393,12 +393,9 @@ def _norm_hole(s: Setup, p_t: int, largest_t: int) -> float:
     history (bench/memsnap.py, session 10, Gemma-2-2B full ZeRO-2 1 x 2048: a 4.395 GiB hole, 8 B
     x its 590M-value embedding, of the 6.84 GiB reserved beyond the allocated peak). Where the
     flat gradient is the smaller (an embedding over a quarter of the model), it lands in the
-    hole instead. Not charged for offload (the norm is taken on the host's copy) or ZeRO-3."""
-    if s.stage not in (1, 2) or not s.deepspeed or s.offload_optimizer != "none":
-        return 0.0
-    partition = -(-p_t // s.world_size)
-    hole = FP64 * min(largest_t, partition)
-    return float(hole) if hole < BF16 * partition else 0.0
+    hole instead. ``norm_copy`` = 8 B x min(largest piece, partition); ZeRO-1/2 without offload
+    only (``_step_pages_hole`` decides)."""
+    return float(norm_copy) if norm_copy < BF16 * partition else 0.0
 
 
 def _comm(s: Setup, p_t: int, rbs: int) -> tuple[int, int]:

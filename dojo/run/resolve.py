@@ -210,8 +210,9 @@ def _auto_attention(
     v: dict[str, Any], spec: Any, cuda: bool, precision: str, compile_: bool
 ) -> str:
     """--attn auto: sdpa_varlen where it was measured (packed rows, bf16 on CUDA; a GPU older
-    than Ampere, which has no such kernel, takes varlen's exact per-sample path), else sdpa. Not under compile: the varlen call is left out of
-    the compiled graph (one split per layer), and compiled runs with it were not timed."""
+    than Ampere, which has no such kernel, takes varlen's exact per-sample path), else sdpa.
+    Not under compile: the varlen call is left out of the compiled graph (one split per layer),
+    and compiled runs with it were not timed."""
     known = getattr(spec, "model_type", None) in VARLEN_AUTO_MODELS
     if cuda and v["packing"] and precision == "bf16" and not compile_ and known:
         return "sdpa_varlen"
