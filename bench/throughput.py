@@ -103,7 +103,6 @@ CASES: dict[str, dict[str, Any]] = {
         "data": "fixed",
     },
 }
-_FLCE_ONLY = {"rope": False, "rms_norm": False, "swiglu": False, "fused_linear_cross_entropy": True}
 _Z3_BIG = {
     "stage3_param_persistence_threshold": 10_000_000,
     "stage3_prefetch_bucket_size": 500_000_000,
@@ -131,7 +130,9 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "dojo-z3-big-liger-off": (["--liger", "off"], {"DOJO_BENCH_DS": json.dumps(_Z3_BIG)}),
     "dojo-compile": (["--compile", "on"], {}),
     # Liger's fused linear cross-entropy only (the logits memory), not its RMSNorm/SwiGLU/RoPE.
-    "dojo-liger-flce": ([], {"DOJO_BENCH_LIGER": json.dumps(_FLCE_ONLY)}),
+    # Sessions 4-7 set it through the bench hook (DOJO_BENCH_LIGER); dojo has the same as
+    # --liger loss since session 10 (dojo.train.worker.args.LIGER_LOSS_ONLY).
+    "dojo-liger-flce": (["--liger", "loss"], {}),
     # The session-3 defaults at ZeRO-3 (per-module hooks, HF's hidden^2 buckets): the A/B of this
     # session's change inside one call.
     # ({h2} and {pf} become the shape's hidden^2 and 0.9 hidden^2, HF's "auto" values.)
@@ -169,13 +170,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     # (T6: 1.11x the masked kernel); this is the masked kernel, dojo's default before it.
     "dojo-sdpa": (["--attn", "sdpa"], {}),
     "dojo-overlap-on": (["--overlap-comm"], {}),
-    "dojo-flce-reentrant": (
-        [],
-        {
-            "DOJO_BENCH_LIGER": json.dumps(_FLCE_ONLY),
-            "DOJO_BENCH_ARGS": json.dumps(_REENTRANT),
-        },
-    ),
+    "dojo-flce-reentrant": (["--liger", "loss"], {"DOJO_BENCH_ARGS": json.dumps(_REENTRANT)}),
     # Session 6: DeepSpeed's bf16 per-gradient inf/NaN test (dojo's default is now off) and
     # DeepSpeed's 1e9 ZeRO-3 sub-group (dojo's is now 1e8 without offload), as A/B variants.
     "dojo-overflow-check": (["--overflow-check"], {}),
