@@ -25,6 +25,7 @@ from dojo.estimate import GIB, MemoryEstimate, Setup, estimate  # noqa: E402
 from dojo.estimate.setup import OPTIMS  # noqa: E402
 from dojo.modelspec import ModelSpec, from_hf_config, resolve_model  # noqa: E402
 from dojo.run.render import ESTIMATED_AS  # noqa: E402
+from dojo.run.resolve import _auto_attention  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_matrix import EXTRA_ARCHS, SHAPES  # noqa: E402  (the shapes the matrices ran)
@@ -75,12 +76,32 @@ def setup_for(m: dict[str, Any]) -> Setup:
         # rows of session 5 on (matrix_rows_s4.Row); session 8's give the whole allocator config
         expandable_segments=expandable(p),
         compile=p.get("compile") == "on" and not plain,  # Row.compile: "off" unless a row sets it
-        attention=ESTIMATED_AS.get(p.get("attn", "sdpa"), "sdpa"),  # Row.attn: session-11 rows on
+        attention=ESTIMATED_AS.get(attn_as_run(m), "sdpa"),  # Row.attn: session-11 rows on
         # dojo's 1e8 ZeRO-3 tile from session 6; earlier rows and the plain script ran 1e9
         sub_group_size=int(float(zo.get("sub_group_size", 1e9))),
         gpu_memory_gib=H200_GIB,
         cpu_memory_gib=HOST_GIB,
     )
+
+
+AUTO_WAS_SDPA = ("mem_s11.json",)
+"""Result files whose dojo rows ran ``--attn auto`` before f260d40 made auto pick sdpa_varlen
+(the session-11 set ran at 637e738): auto was sdpa there."""
+
+
+def attn_as_run(m: dict[str, Any]) -> str:
+    """The kernel a row's ``--attn`` (Row.attn, session 11 on) ran: a dojo row's ``auto`` as
+    dojo resolves it (dojo.run.resolve._auto_attention: bf16 on the H200, the row's packing and
+    compile), as its own preflight estimated it; sdpa where the row has no ``attn``, for the plain
+    script (transformers' default) and for the files in AUTO_WAS_SDPA."""
+    p = m["params"]
+    attn = p.get("attn") or "sdpa"
+    if attn != "auto":
+        return attn
+    if p.get("system") == "plain" or m.get("_file") in AUTO_WAS_SDPA:
+        return "sdpa"
+    v = {"packing": bool(p.get("packing"))}
+    return _auto_attention(v, spec_for(p["shape"]), True, "bf16", p.get("compile") == "on")
 
 
 def expandable(p: dict[str, Any]) -> bool:
@@ -111,7 +132,7 @@ def main() -> None:
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--split", choices=["held", "fit", "all"], default="held")
     a = ap.parse_args()
-    rows = [m for f in a.files for m in json.loads(f.read_text())]
+    rows = [{**m, "_file": f.name} for f in a.files for m in json.loads(f.read_text())]
     rows = [m for m in rows if a.split == "all" or m.get("split") == a.split]
     print(
         "| run | split | device | est. | err | allocated | est. | err | verdict | right? |\n"
