@@ -503,6 +503,26 @@ def test_compile_keeps_silu_gate_out_of_the_saved_activations() -> None:
     assert compiled.logits == eager.logits  # the loss is not compiled: fp32 logits stay
 
 
+@pytest.mark.parametrize(
+    ("kw", "per_value"),
+    [
+        ({"method": "full"}, 6),  # HF norm: fp32 input copy + the bf16 output its weight grad needs
+        ({"method": "lora"}, 4),  # frozen weight: the fp32 copy only
+        ({"method": "full", "liger": True}, 2),  # Liger's RMSNorm: the bf16 input
+        ({"method": "lora", "compile": True}, 2),
+    ],
+)
+def test_qk_norm_saves_its_input_per_q_and_k_value(kw: dict, per_value: int) -> None:
+    """Qwen3's q_norm/k_norm (session 13: Qwen3-0.6B, q = 2h, full rows 3.9-4.2 GiB under)."""
+    q06 = resolve_model("qwen3-0.6b")
+    assert q06.qk_norm
+    s = Setup(stage=2, micro_batch=2, seq_len=1024, **kw)
+    with_norm = activation_phases(q06, s)[0]
+    without = activation_phases(dataclasses.replace(q06, qk_norm=False), s)[0]
+    tokens = 2 * 1024
+    assert with_norm - without == per_value * (q06.q_dim + q06.kv_dim) * tokens * q06.num_layers
+
+
 def test_lora_offload_reserve_scales_with_trainable_params() -> None:
     # Issue 12: 70B LoRA ZeRO-2 on 8 GPUs with offload showed 70 GiB of "overhead" (the full
     # fine-tune's offload slack applied to LoRA's activations).

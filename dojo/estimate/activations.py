@@ -60,6 +60,14 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         # recomputes the cheap silu(gate) in the backward rather than keep it (session 8, five
         # compile LoRA rows: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it).
         per_token -= 2 * i
+    if spec.qk_norm:
+        # Qwen3/Gemma-3/OLMo-2 q_norm and k_norm (RMSNorm on q and k before RoPE) save what a
+        # layer norm saves, per value of q and k: HF's an fp32 copy of its input (4 B) and, when
+        # its weight trains, its bf16 output (2 B); Liger's RMSNorm (liger-kernel patches q_norm
+        # and k_norm too) and a compiled norm only the bf16 input. Session 13's two Qwen3-0.6B
+        # full rows without checkpointing (q = 2h) were 3.9 and 4.2 GiB under without this.
+        hf_norm = FP32 + BF16 if s.method == "full" else FP32
+        per_token += (BF16 if kernels or s.compile else hf_norm) * (q + kv)
     per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
     # Packed rows (position_ids restart, masking_utils find_packed_sequence_indices) always get a
     # full-size 4-D mask. Padded batches get one too, but their rows are only as long as the
