@@ -60,6 +60,7 @@ ROW_FILES = {
     "s11": "matrix_rows_s11",
     "s12": "matrix_rows_s12",
     "s13": "matrix_rows_s13",
+    "s14": "matrix_rows_s14",
 }
 
 
