@@ -84,3 +84,37 @@ def parse_gpus(spec: str, present: list[int]) -> tuple[int, ...]:
     if missing:
         raise LaunchError(f"{flag}: GPU {missing[0]} does not exist", hint=hint)
     return tuple(sorted(ids))
+
+
+def process_memory_mib(pid: int, gpu_uuid: str) -> float | None:
+    """What the driver counts for process ``pid`` on the GPU ``gpu_uuid`` (MiB), from
+    ``nvidia-smi --query-compute-apps``: the process's own share when others use the same GPU.
+    None when nvidia-smi cannot say (no driver, or a container whose PID namespace hides the
+    host's pids: nvidia-smi lists those, not ours)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    cmd = [exe, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return own_usage_mib(out, pid, gpu_uuid)
+
+
+def own_usage_mib(table: str, pid: int, gpu_uuid: str) -> float | None:
+    """``pid``'s row on ``gpu_uuid`` in nvidia-smi's ``pid, gpu_uuid, used_memory`` table. The
+    driver writes ``GPU-<uuid>`` (``MIG-<uuid>`` for a MIG slice); torch gives the bare uuid, so
+    the prefix is ignored."""
+    bare = gpu_uuid.strip().lower().removeprefix("gpu-").removeprefix("mig-")
+    for line in table.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 3 or not _is_index(parts[0]) or int(parts[0]) != pid:
+            continue
+        if parts[1].lower().removeprefix("gpu-").removeprefix("mig-") != bare or not bare:
+            continue
+        try:
+            return float(parts[2])
+        except ValueError:  # "[N/A]" (Windows WDDM, some vGPU setups)
+            return None
+    return None

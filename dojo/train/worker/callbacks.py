@@ -16,6 +16,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from dojo.errors import DojoError
+from dojo.gpus import process_memory_mib
 from dojo.train.checkpoints import MARKER, manifest
 from dojo.train.resume_check import read_record, saved_view
 
@@ -276,10 +277,18 @@ class Measures(TrainerCallback):
             return {**out, **dict.fromkeys(keys)}
         after = _cuda_peaks()
         total = {k: max(self.peak_total.get(k, 0.0), after[k]) for k in after}
-        # Device memory beyond PyTorch's pool (CUDA context, kernels, cuBLAS, NCCL): what the
-        # GPU reports as used minus what the allocator holds, read now (one rank per GPU).
-        free, total_mem = torch.cuda.mem_get_info()
-        context = max(0.0, float(total_mem - free) - float(torch.cuda.memory_reserved()))
+        # Device memory beyond PyTorch's pool (CUDA context, kernels, cuBLAS, NCCL), read now:
+        # what the driver counts for this process minus what the allocator holds. Where the
+        # driver does not list this process (a container's PID namespace), the whole GPU's use:
+        # right for one rank per GPU, and over by whatever else shares the GPU.
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        own = process_memory_mib(os.getpid(), str(getattr(props, "uuid", "")))
+        if own is not None:
+            used = own * 2**20
+        else:
+            free, total_mem = torch.cuda.mem_get_info()
+            used = float(total_mem - free)
+        context = max(0.0, used - float(torch.cuda.memory_reserved()))
         vals = torch.tensor(
             [total["reserved"], total["allocated"], after["reserved"], after["allocated"], context],
             device="cuda",

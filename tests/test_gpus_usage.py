@@ -1,0 +1,32 @@
+"""dojo.gpus.own_usage_mib: a run's device memory is its own share of a GPU others may use too
+(session 12: rows sharing an H200 reported 93.9 GiB measured against an 11.6 GiB estimate)."""
+
+import pytest
+
+from dojo.gpus import own_usage_mib
+
+UUID = "6f2b8c1e-0d2a-4c55-9a77-3b1e2f4a5c6d"
+TABLE = f"""\
+4242, GPU-{UUID}, 11520
+5151, GPU-{UUID}, 80000
+4242, GPU-00000000-0000-0000-0000-000000000001, 512
+"""
+
+
+def test_own_row_on_this_gpu_only() -> None:
+    assert own_usage_mib(TABLE, 4242, UUID) == 11520
+    assert own_usage_mib(TABLE, 4242, f"GPU-{UUID.upper()}") == 11520  # either spelling
+
+
+@pytest.mark.parametrize(
+    ("table", "pid", "uuid"),
+    [
+        (TABLE, 7, UUID),  # not listed: a container's PID namespace
+        (TABLE, 4242, "ffffffff-0000-0000-0000-000000000000"),  # another GPU
+        (TABLE, 4242, ""),  # torch gave no uuid
+        ("", 4242, UUID),  # "No running processes found" is not a row either
+        (f"4242, GPU-{UUID}, [N/A]\n", 4242, UUID),
+    ],
+)
+def test_unknown_is_none(table: str, pid: int, uuid: str) -> None:
+    assert own_usage_mib(table, pid, uuid) is None
