@@ -377,7 +377,7 @@ _OPTIONS = [
         "choice",
         AUTO,
         "torch.compile each decoder layer: auto | on | off",
-        "auto = on for LoRA and QLoRA at ZeRO 0-2 with --packing, no offload, on CUDA: there, with Liger's fused loss, it ran 1.27x the plain script (LoRA) and 1.35x at a quarter of its memory (QLoRA with --grad-ckpt; docs/benchmarks.md, session 11; compile alone 1.58x and 1.85x, sessions 7-9); off elsewhere (full fine-tuning: no gain). Liger's layer kernels inside compiled layers gave NaN losses (session 6): on turns --liger auto to loss (its fused loss alone), and on with --liger on is refused",
+        "auto = on for LoRA and QLoRA at ZeRO 0-2 with --packing, no offload, on CUDA: there, with Liger's fused loss, it ran 1.53x the plain script (LoRA, as fast as compile alone at 0.6x its memory) and 1.35x at a quarter of its memory (QLoRA with --grad-ckpt; docs/benchmarks.md, sessions 11-12); off elsewhere (full fine-tuning: no gain). Liger's layer kernels inside compiled layers gave NaN losses (session 6): on turns --liger auto to loss (its fused loss alone), and on with --liger on is refused",
         choices=ON_OFF,
         panel=OPT,
     ),

@@ -165,9 +165,9 @@ def resolve(
 
 COMPILE_AUTO_WHY = (
     "LoRA and QLoRA at ZeRO 0-2 with packed rows are host-bound (many small kernels per layer); "
-    "regional compile with Liger's fused loss ran 1.27x the plain script (LoRA) and 1.35x "
+    "regional compile with Liger's fused loss ran 1.53x the plain script (LoRA) and 1.35x "
     "(QLoRA with checkpointing, at 3.1 GiB against 13.5) on 1B, 4 x 2048, H200; Liger without "
-    "compile 1.29x and 1.24x (docs/benchmarks.md, sessions 7-11)"
+    "compile 1.29x and 1.24x (docs/benchmarks.md, sessions 7-12)"
 )
 
 
