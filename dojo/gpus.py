@@ -18,6 +18,8 @@ class Gpu:
     name: str
     memory_gib: float
     """Total device memory, GiB (nvidia-smi reports MiB)."""
+    used_gib: float = 0.0
+    """In use when dojo looked, by any process (nvidia-smi memory.used), GiB."""
 
 
 def list_gpus() -> list[Gpu]:
@@ -25,17 +27,36 @@ def list_gpus() -> list[Gpu]:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return []
-    cmd = [exe, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"]
+    cmd = [exe, "--query-gpu=index,name,memory.total,memory.used", "--format=csv,noheader,nounits"]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return []
+    return parse_gpu_table(out)
+
+
+def parse_gpu_table(out: str) -> list[Gpu]:
+    """nvidia-smi's ``index, name, memory.total, memory.used`` rows (MiB); a used figure the
+    driver does not give ("[N/A]") reads as 0."""
     gpus = []
     for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3 and _is_index(parts[0]):
-            gpus.append(Gpu(int(parts[0]), parts[1], float(parts[2]) / 1024))
+        parts = [p.strip() for p in line.rsplit(",", 2)]
+        head = parts[0].split(",", 1) if parts else []
+        if len(parts) != 3 or len(head) != 2 or not _is_index(head[0].strip()):
+            continue
+        try:
+            total = float(parts[1]) / 1024
+        except ValueError:
+            continue
+        gpus.append(Gpu(int(head[0]), head[1].strip(), total, _mib_or_zero(parts[2]) / 1024))
     return gpus
+
+
+def _mib_or_zero(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
 
 
 MAX_GPU_INDEX = 1023

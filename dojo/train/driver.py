@@ -47,6 +47,8 @@ def plan(
     resume_from = preflight.check_resume(run, kind)
     est, fit_notes = fit_check(run, spec, machine, force=force)
     notes += fit_notes
+    if devices.kind == "cuda" and run.num_nodes == 1:
+        notes += occupied_check(est.gpu_total_gib, found, devices.ids, force=force)
     notes.append("data: " + data_info["summary"])
     if eval_info:
         notes.append("eval: " + eval_info)
@@ -119,6 +121,36 @@ def fit_check(run: ResolvedRun, spec: Any, machine: Any, *, force: bool) -> tupl
             "try " + "; ".join(_suggestions(run, host=True))
         )
     return est, notes
+
+
+BUSY_GIB = 1.0
+"""A GPU with more than this in use (nvidia-smi memory.used) before launch is shared: an idle
+GPU's driver shows none to a few hundred MiB."""
+
+
+def occupied_check(
+    need_gib: float, found: list[Any], ids: tuple[int, ...], *, force: bool
+) -> list[str]:
+    """The verdict above is against a whole card; a GPU other processes already use gives the
+    run only what is free on it. Refused where this run needs more than that (unless --force),
+    a warning within 5% of it, a note otherwise."""
+    busy = [g for g in found if g.index in ids and g.used_gib > BUSY_GIB]
+    if not busy:
+        return []
+    worst = min(busy, key=lambda g: g.memory_gib - g.used_gib)
+    free = worst.memory_gib - worst.used_gib
+    what = (f"GPU {worst.index} already has {worst.used_gib:.1f} GiB in use by other processes "
+            f"(nvidia-smi), {free:.1f} GiB free; this run needs about {need_gib:.1f} GiB per GPU")  # fmt: skip
+    if need_gib > free:
+        if not force:
+            raise LaunchError(what, hint="free that GPU, name idle ones with --gpus (nvidia-smi "
+                              "shows their use), or pass --force to launch anyway")  # fmt: skip
+        return [f"warning: {what}; launching anyway (--force)"]
+    if need_gib > 0.95 * free:
+        return [f"warning: {what}: within 5% of what is free, where the allocator frees and "
+                "retries (several times slower) or runs out"]  # fmt: skip
+    shared = ", ".join(f"{g.index} ({g.used_gib:.1f} GiB)" for g in busy)
+    return [f"note: GPUs shared with other processes: {shared}; this run fits in what is free"]
 
 
 def _suggestions(run: ResolvedRun, *, host: bool = False) -> list[str]:

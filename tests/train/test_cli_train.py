@@ -188,6 +188,37 @@ def test_does_not_fit_stops_with_table(cli, model_dir: Path, tmp_path: Path, no_
     assert "--force" in r.stderr.splitlines()[-1]
 
 
+def test_gpu_others_fill_is_refused(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
+    """The card fits the run, what other processes left on it does not: one line, no launch."""
+    busy = [Gpu(0, "NVIDIA H200", 139.8), Gpu(1, "NVIDIA H200", 139.8, used_gib=139.5)]
+    args = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")]
+    with _gpus(busy):
+        r = cli(*args, "--gpus", "1")
+    assert r.exit_code == 1
+    assert r.stderr.startswith("error: GPU 1 already has 139.5 GiB in use by other processes")
+    assert "--force" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()
+    with _gpus(busy):  # GPU 0 is idle: nothing said
+        r = cli(*args, "--gpus", "0", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    assert "in use by other processes" not in r.stderr + r.stdout
+    with _gpus(busy):
+        r = cli(*args, "--gpus", "1", "--dry-run", "--force")
+    assert r.exit_code == 0, r.stderr
+    assert "launching anyway (--force)" in r.stderr + r.stdout
+
+
+def test_gpu_shared_but_enough_free_is_a_note(
+    cli, model_dir: Path, tmp_path: Path, no_launch
+) -> None:
+    shared = [Gpu(0, "NVIDIA H200", 139.8, used_gib=40.0)]
+    with _gpus(shared):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats",
+                "-o", str(tmp_path / "o"), "--dry-run")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "note: GPUs shared with other processes: 0 (40.0 GiB)" in r.stderr + r.stdout
+
+
 def test_host_ram_too_small_for_offload_warns(
     cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch
 ) -> None:
