@@ -8,7 +8,7 @@ point. Each failure is one DojoError naming the flag and the fix.
 import importlib.util
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,9 @@ def place(
             f"warning: {shown}: these GPUs are not on this machine; planned for an assumed CUDA machine with dojo's GPU extras"
         )
         return assumed_cuda(), Devices("cuda", ids), notes
-    return machine, Devices("cuda", ids), notes
+    # The verdict is against the smallest of the GPUs the run uses, not of all on the machine.
+    smallest = min(g.memory_gib for g in present if g.index in ids)
+    return replace(machine, gpu_memory_gib=smallest), Devices("cuda", ids), notes
 
 
 def _cpu() -> Machine:

@@ -188,6 +188,19 @@ def test_does_not_fit_stops_with_table(cli, model_dir: Path, tmp_path: Path, no_
     assert "--force" in r.stderr.splitlines()[-1]
 
 
+def test_verdict_is_against_the_gpus_the_run_uses(
+    cli, model_dir: Path, tmp_path: Path, no_launch
+) -> None:
+    mixed = [Gpu(0, "tiny GPU", 0.01), Gpu(1, "NVIDIA H200", 139.8)]
+    args = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")]
+    with _gpus(mixed):
+        r = cli(*args, "--gpus", "1", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    with _gpus(mixed):
+        r = cli(*args, "--gpus", "0")
+    assert r.exit_code == 1 and "the GPUs have 0.0 GiB" in r.stderr
+
+
 def test_gpu_others_fill_is_refused(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
     """The card fits the run, what other processes left on it does not: one line, no launch."""
     busy = [Gpu(0, "NVIDIA H200", 139.8), Gpu(1, "NVIDIA H200", 139.8, used_gib=139.5)]
