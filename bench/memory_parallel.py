@@ -61,6 +61,7 @@ ROW_FILES = {
     "s12": "matrix_rows_s12",
     "s13": "matrix_rows_s13",
     "s14": "matrix_rows_s14",
+    "s15": "matrix_rows_s15",
 }
 
 
