@@ -597,3 +597,33 @@ def test_packed_rows_pay_for_the_attention_mask(l7) -> None:
     assert packed.activations - plain.activations == 16384**2 + 2 * 16384**2
     fa2 = estimate(l7, Setup(packing=True, attention="flash_attention_2", **one))
     assert fa2.activations == plain.activations
+
+
+def test_zero3_lora_frozen_linears_keep_their_inputs() -> None:
+    """DeepSpeed's ZeRO-3 linear (zero.Init replaces F.linear) saves its input for a frozen weight
+    too: 4h + 2i per token per layer (measured on the CPU: 2,400 B for h 256, i 688)."""
+    l1 = resolve_model("llama-3.2-1b")
+    kw = {"method": "lora", "micro_batch": 2, "seq_len": 1024, "grad_ckpt": True}
+    fp32 = {"adapter_dtype": "fp32"}  # ZeRO-3 LoRA's own (Setup.fp32_adapters); ZeRO-2 casts
+    z2, z3 = (activation_phases(l1, Setup(stage=st, **kw, **fp32))[2] for st in (2, 3))
+    per_layer = (4 * l1.hidden_size + 2 * l1.intermediate_size) * 2 * 1024
+    assert z3 - z2 == pytest.approx(1.4 * per_layer, abs=2)  # checkpointed: the layer phase
+    # bf16 adapters without dropout: lora_A keeps those very tensors, nothing more is kept
+    same = {"adapter_dtype": "bf16", "lora_dropout": 0.0}
+    z2, z3 = (activation_phases(l1, Setup(stage=st, **kw, **same))[2] for st in (2, 3))
+    assert z3 == z2
+    # QLoRA's 4-bit linears multiply through bitsandbytes, not F.linear
+    kw["method"] = "qlora"
+    z2, z3 = (activation_phases(l1, Setup(stage=st, **kw))[2] for st in (2, 3))
+    assert z3 == z2
+
+
+def test_zero3_full_keeps_more_only_with_liger_layer_kernels() -> None:
+    """transformers' layers at ZeRO-3 keep what ZeRO-2 keeps (four H200 rows, saved-tensor hooks
+    on the CPU); the calibrated extra stays where it was measured, Liger's kernels."""
+    l1 = resolve_model("llama-3.2-1b")
+    kw = {"micro_batch": 2, "seq_len": 1024}
+    hf = [activation_phases(l1, Setup(stage=st, **kw))[0] for st in (2, 3)]
+    assert hf[0] == hf[1]
+    lg = [activation_phases(l1, Setup(stage=st, liger=True, **kw))[0] for st in (2, 3)]
+    assert lg[1] - lg[0] == int(9.0 * 2 * 1024 * l1.hidden_size) * l1.num_layers

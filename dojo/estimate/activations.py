@@ -48,6 +48,8 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     else:
         per_token = 8 * h + 4 * q + 4 * kv + 6 * i  # frozen base: no linear inputs saved
         per_token += _lora_saved_per_token(spec, setup)
+        if s.method == "lora" and s.stage == 3 and s.deepspeed:
+            per_token += _zero3_frozen_inputs(spec, setup, i)
     kernels = s.liger and s.liger_kernels
     if kernels and s.method == "full":
         # Liger's RMSNorm keeps its bf16 input + fp32 rstd instead of HF's fp32 copy + bf16
@@ -101,7 +103,8 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         logits = _fused_loss_bytes(spec, setup)  # Liger's Gemma-2 kernel softcaps per chunk
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
     kept = spec.num_layers * keep + _mask_bytes(setup)
-    if s.stage == 3 and s.deepspeed and not s.grad_ckpt:
+    full_kernels = kernels and s.method == "full"
+    if s.stage == 3 and s.deepspeed and not s.grad_ckpt and (s.method == "qlora" or full_kernels):
         kept += int(cal.zero3_kept_per_token_h * tokens * h) * spec.num_layers
     return int(kept), int(logits + loss_tail), int(layer_extra), int(logits)
 
@@ -131,6 +134,33 @@ def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
     chunk = 1 << max(0, math.ceil(tokens / math.ceil(v / h)) - 1).bit_length()
     head_grad = BF16 * v * h if setup.method == "full" else 0
     return 6 * chunk * v + BF16 * tokens * h + head_grad
+
+
+def _zero3_frozen_inputs(spec: ModelSpec, setup: Setup, i: int) -> int:
+    """Bytes per token a LoRA layer's frozen linears keep at ZeRO-3.
+
+    deepspeed.zero.Init (HF's from_pretrained under a ZeRO-3 config, dojo's and the plain
+    script's path) replaces ``torch.nn.functional.linear`` for the process with
+    ``LinearFunctionForZeroStage3`` (DeepSpeed 0.19.8 zero/linear.py, partition_parameters.py
+    ``_enable_mem_efficient_linear``), whose ``setup_context`` saves its input whether or not the
+    weight trains. So the frozen q/k/v, gate/up and down projections keep their bf16 inputs (2h,
+    2h, 2i), except where lora_A already keeps that very tensor (bf16 adapters without dropout,
+    see ``_lora_saved_per_token``); o_proj's input is SDPA's output, counted already. Measured
+    on the CPU (tiny Llama, PEFT LoRA with fp32 adapters at ZeRO-3, saved-tensor hooks): 2,400 B
+    per token per layer with DeepSpeed's linear, none without it, = 4h + 2i there (session 12).
+    QLoRA's 4-bit linears multiply through bitsandbytes, not ``F.linear``."""
+    names = {n for n, *_ in spec.linears()}
+    targets = names if setup.lora_targets is None else set(setup.lora_targets) & names
+    shared = not setup.fp32_adapters and setup.lora_dropout == 0
+    h = spec.hidden_size
+    extra = 0
+    if not (shared and targets & {"q_proj", "k_proj", "v_proj"}):
+        extra += BF16 * h
+    if not (shared and targets & {"gate_proj", "up_proj"}):
+        extra += BF16 * h
+    if not (shared and "down_proj" in targets):
+        extra += BF16 * i
+    return extra
 
 
 def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:

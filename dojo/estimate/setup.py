@@ -55,13 +55,13 @@ class Calibration:
     put them 7-31% over); 1.4, the safe side of that range."""
     zero3_kept_per_token_h: float = 9.0
     """ZeRO-3 without checkpointing keeps this many more bytes per token x hidden per layer than
-    ZeRO-0/2 with the same settings; no mechanism found in the source (at world size 1 gathered
-    params alias their partition, so it is not the gathered set; LoRA and full fine-tuning show
-    it alike). Measured (allocated, session-3 H200): dojo_l1b_Z3_full and dojo_l1b_Z3_lora
-    b4x2048 (+2.37 / +2.40 GiB = 8.9 / 9.0 B); checked on dojo_q15_Z3_full and
-    plain_q15_Z3_lora (12.7 / 14.8 B raw, partly the Qwen activation under-count seen at ZeRO-2
-    on dojo_q3_Z2_full) and session-2 row 7. With checkpointing (dojo_g2b_Z3_lora: +0.2 GiB)
-    it is absent, so it is applied only without."""
+    ZeRO-0/2 with the same settings, for full fine-tuning with Liger's layer kernels and for
+    QLoRA; no mechanism found. Measured (allocated, session-3 H200): dojo_l1b_Z3_full and
+    dojo_l1b_Z3_lora b4x2048 (+2.37 / +2.40 GiB = 8.9 / 9.0 B). Session 12 found LoRA's share
+    (DeepSpeed's ZeRO-3 linear keeps frozen inputs: ``activations._zero3_frozen_inputs``) and
+    that full fine-tuning with transformers' layers shows none of it (four rows, over by 9-14 B
+    with it); QLoRA keeps it, unmeasured without checkpointing. With checkpointing
+    (dojo_g2b_Z3_lora: +0.2 GiB) it is absent, so it is applied only without."""
     loss_bytes_per_logit: float = 12.0
     """fp32 upcast + log-softmax + its grad at the start of backward, bytes per logit (sec 3.3)."""
     loss_tail_bytes_per_th: float = 26.0
