@@ -1,10 +1,10 @@
 """Session 15 memory rows (issue 12): a NEW held-out set for `dojo estimate`, not yet measured.
 
 Committed in session 12, before any of these rows ran: 9 rows at 6b40e45, then two LoRA ZeRO-3
-rows with the estimator change they probe (ZeRO-3's frozen linear inputs counted; the calibrated
-ZeRO-3 term kept for Liger's layer kernels and QLoRA only). Judge the set against that second
-commit. Every row is "held". Rows name their attention and Liger mode, so what ran is what the
-row says.
+rows and one QLoRA ZeRO-3 row with the estimator changes they probe (ZeRO-3's frozen linear
+inputs counted for LoRA; the calibrated ZeRO-3 term kept for full fine-tuning with Liger's layer
+kernels only). Judge the set against the commit that added the QLoRA row. Every row is "held".
+Rows name their attention and Liger mode, so what ran is what the row says.
 
     MEM_ARGS="--rows s15 --parallel 7" LIMIT_S=480 bash bench/gpu.sh memory
     python bench/memory_heldout.py bench/results/mem_s15.json
@@ -16,7 +16,8 @@ What they probe:
 - ZeRO-3 full fine-tuning without checkpointing with and without Liger's layer kernels on one
   shape (the calibrated ZeRO-3 term, kept with Liger's kernels only since session 12), and LoRA
   at ZeRO-3 without checkpointing, dojo and plain (frozen linears keep their inputs under
-  DeepSpeed's ZeRO-3 linear, also session 12: the rows were added before the set ran);
+  DeepSpeed's ZeRO-3 linear, also session 12: the rows were added before the set ran), and QLoRA
+  at ZeRO-3 without checkpointing (bitsandbytes' 4-bit matmul keeps no frozen input);
 - two rows away from the step-pages threshold (kept activations far below and far above the fp32
   upcast), and Llama-3.1-8B LoRA ZeRO-2 with compile and the fused loss.
 """
@@ -41,6 +42,7 @@ ROWS: list[Row] = [
     # LoRA at ZeRO-3 without checkpointing: DeepSpeed's linear keeps the frozen inputs
     Row(H, D, "q15", 3, "lora", micro_batch=2, seq_len=2048, **_V),
     Row(H, P, "l1b", 3, "lora", micro_batch=2, seq_len=2048),
+    Row(H, D, "l3b", 3, "qlora", micro_batch=4, seq_len=2048, **_V),  # 4-bit: no frozen inputs
     # full ZeRO-2 without checkpointing away from the step-pages threshold
     Row(H, D, "l1b", 2, micro_batch=1, seq_len=1024, **_V),  # kept far below the upcast
     Row(H, D, "q06", 2, micro_batch=4, seq_len=4096, **_V),  # kept far above it

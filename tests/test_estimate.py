@@ -612,10 +612,12 @@ def test_zero3_lora_frozen_linears_keep_their_inputs() -> None:
     same = {"adapter_dtype": "bf16", "lora_dropout": 0.0}
     z2, z3 = (activation_phases(l1, Setup(stage=st, **kw, **same))[2] for st in (2, 3))
     assert z3 == z2
-    # QLoRA's 4-bit linears multiply through bitsandbytes, not F.linear
-    kw["method"] = "qlora"
-    z2, z3 = (activation_phases(l1, Setup(stage=st, **kw))[2] for st in (2, 3))
-    assert z3 == z2
+    # QLoRA's 4-bit linears multiply through bitsandbytes, not F.linear: nothing more, with or
+    # without checkpointing
+    for ckpt in (True, False):
+        q = {**kw, "method": "qlora", "grad_ckpt": ckpt}
+        z2, z3 = (activation_phases(l1, Setup(stage=st, **q)) for st in (2, 3))
+        assert z3[0] == z2[0] and z3[2] == z2[2]
 
 
 def test_zero3_full_keeps_more_only_with_liger_layer_kernels() -> None:

@@ -104,7 +104,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
     kept = spec.num_layers * keep + _mask_bytes(setup)
     full_kernels = kernels and s.method == "full"
-    if s.stage == 3 and s.deepspeed and not s.grad_ckpt and (s.method == "qlora" or full_kernels):
+    if s.stage == 3 and s.deepspeed and not s.grad_ckpt and full_kernels:
         kept += int(cal.zero3_kept_per_token_h * tokens * h) * spec.num_layers
     return int(kept), int(logits + loss_tail), int(layer_extra), int(logits)
 
@@ -148,7 +148,9 @@ def _zero3_frozen_inputs(spec: ModelSpec, setup: Setup, i: int) -> int:
     see ``_lora_saved_per_token``); o_proj's input is SDPA's output, counted already. Measured
     on the CPU (tiny Llama, PEFT LoRA with fp32 adapters at ZeRO-3, saved-tensor hooks): 2,400 B
     per token per layer with DeepSpeed's linear, none without it, = 4h + 2i there (session 12).
-    QLoRA's 4-bit linears multiply through bitsandbytes, not ``F.linear``."""
+    QLoRA's 4-bit linears multiply through bitsandbytes' ``MatMul4Bit``, not ``F.linear``, and
+    it keeps no input of a frozen weight (``ctx.tensors = (None, B)``, bitsandbytes 0.50);
+    transformers also skips zero.Init for quantized models, so ``F.linear`` stays torch's."""
     names = {n for n, *_ in spec.linears()}
     targets = names if setup.lora_targets is None else set(setup.lora_targets) & names
     shared = not setup.fp32_adapters and setup.lora_dropout == 0

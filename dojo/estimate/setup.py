@@ -55,12 +55,12 @@ class Calibration:
     put them 7-31% over); 1.4, the safe side of that range."""
     zero3_kept_per_token_h: float = 9.0
     """ZeRO-3 without checkpointing keeps this many more bytes per token x hidden per layer than
-    ZeRO-0/2 with the same settings, for full fine-tuning with Liger's layer kernels and for
-    QLoRA; no mechanism found. Measured (allocated, session-3 H200): dojo_l1b_Z3_full and
+    ZeRO-0/2 with the same settings, for full fine-tuning with Liger's layer kernels; no
+    mechanism found. Measured (allocated, session-3 H200): dojo_l1b_Z3_full and
     dojo_l1b_Z3_lora b4x2048 (+2.37 / +2.40 GiB = 8.9 / 9.0 B). Session 12 found LoRA's share
     (DeepSpeed's ZeRO-3 linear keeps frozen inputs: ``activations._zero3_frozen_inputs``) and
     that full fine-tuning with transformers' layers shows none of it (four rows, over by 9-14 B
-    with it); QLoRA keeps it, unmeasured without checkpointing. With checkpointing
+    with it); QLoRA's 4-bit matmul keeps no frozen input either. With checkpointing
     (dojo_g2b_Z3_lora: +0.2 GiB) it is absent, so it is applied only without."""
     loss_bytes_per_logit: float = 12.0
     """fp32 upcast + log-softmax + its grad at the start of backward, bytes per logit (sec 3.3)."""
