@@ -513,7 +513,8 @@ def test_compile_keeps_silu_gate_out_of_the_saved_activations() -> None:
     ],
 )
 def test_qk_norm_saves_its_input_per_q_and_k_value(kw: dict, per_value: int) -> None:
-    """Qwen3's q_norm/k_norm (session 13: Qwen3-0.6B, q = 2h, full rows 3.9-4.2 GiB under)."""
+    """Qwen3's q_norm/k_norm (the session-13 set: Qwen3-0.6B, q = 2h, full rows 3.9-4.2 GiB
+    under without them)."""
     q06 = resolve_model("qwen3-0.6b")
     assert q06.qk_norm
     s = Setup(stage=2, micro_batch=2, seq_len=1024, **kw)

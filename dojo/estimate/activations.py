@@ -66,8 +66,8 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         # Qwen3/Gemma-3/OLMo-2 q_norm and k_norm (RMSNorm on q and k before RoPE) save what a
         # layer norm saves, per value of q and k: HF's an fp32 copy of its input (4 B) and, when
         # its weight trains, its bf16 output (2 B); Liger's RMSNorm (liger-kernel patches q_norm
-        # and k_norm too) and a compiled norm only the bf16 input. Session 13's two Qwen3-0.6B
-        # full rows without checkpointing (q = 2h) were 3.9 and 4.2 GiB under without this.
+        # and k_norm too) and a compiled norm only the bf16 input. The session-13 set's two
+        # Qwen3-0.6B full rows without checkpointing (q = 2h) were 3.9 and 4.2 GiB under without.
         hf_norm = FP32 + BF16 if s.method == "full" else FP32
         per_token += (BF16 if kernels or s.compile else hf_norm) * (q + kv)
     per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
