@@ -1,0 +1,58 @@
+"""What Qwen3's q_norm and k_norm save for backward, on the CPU (issue 12, session 12): one
+forward of a tiny Qwen3 against a tiny Llama of the same sizes (Qwen3 = Llama's layer + RMSNorm on
+q and k per head), full fine-tuning and LoRA, bf16, unique storages seen by
+torch.autograd.graph.saved_tensors_hooks. transformers' norms only (Liger's are CUDA kernels).
+
+    python bench/qknorm_saved_cpu.py
+"""
+
+from typing import Any
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, TOKENS = 256, 4, 8, 4, 64, 2 * 256
+SIZES = {"hidden_size": HIDDEN, "intermediate_size": 688, "num_hidden_layers": LAYERS,
+         "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
+         "vocab_size": 1000, "max_position_embeddings": 512, "tie_word_embeddings": True,
+         "attention_bias": False}  # fmt: skip
+LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def saved_bytes(config: Any, model_cls: Any, method: str) -> int:
+    torch.manual_seed(0)
+    model = model_cls(config(**SIZES)).to(torch.bfloat16)
+    model.config._attn_implementation = "sdpa"
+    if method == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=8, target_modules=LINEARS, lora_dropout=0.0))
+        for p in model.parameters():
+            if p.requires_grad:
+                p.data = p.data.to(torch.bfloat16)
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.numel():
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    ids = torch.randint(0, 1000, (2, 256))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, labels=ids)
+    return sum(seen.values())
+
+
+def main() -> None:
+    qk = (HEADS + KV_HEADS) * HEAD_DIM
+    print("| method | Qwen3 - Llama, bytes | per q/k value per token per layer |")
+    print("|---|---|---|")
+    for method in ("full", "lora"):
+        d = saved_bytes(Qwen3Config, Qwen3ForCausalLM, method) - saved_bytes(
+            LlamaConfig, LlamaForCausalLM, method
+        )
+        print(f"| {method} | {d:,} | {d / (TOKENS * LAYERS * qk):.3f} |")
+
+
+if __name__ == "__main__":
+    main()
