@@ -22,6 +22,11 @@ Linear = tuple[str, int, int, bool]
 """(name, in_features, out_features, has_bias) of one nn.Linear."""
 
 
+SOFTCAP_MODEL_TYPES = ("gemma2",)
+"""Models whose attention soft-caps its logits (config attn_logit_softcapping): eager attention
+for them (transformers' default; SDPA and FlashAttention by offsets cannot), and eager's tanh
+output in the estimate."""
+
 _LAYER_CLASS = {"gemma3_text": "Gemma3DecoderLayer", "gpt_neox": "GPTNeoXLayer"}
 """model_type -> decoder-layer class where the name is not ``{ModelType}DecoderLayer``."""
 

@@ -493,12 +493,14 @@ def test_expandable_segments_keep_part_of_one_fp32_logits_block_without_liger() 
 
 
 def test_compile_keeps_silu_gate_out_of_the_saved_activations() -> None:
-    """Inductor recomputes silu(gate) as Liger's SwiGLU does (session 8 compile rows)."""
+    """Inductor recomputes silu(gate) as Liger's SwiGLU does (session 8 compile rows), and a
+    compiled norm keeps its bf16 input, not an fp32 copy (session 12)."""
     l1 = resolve_model("llama-3.2-1b")
     kw = {"stage": 2, "method": "lora", "micro_batch": 4, "seq_len": 2048, "packing": True}
     eager = estimate(l1, Setup(**kw))
     compiled = estimate(l1, Setup(compile=True, **kw))
-    saved = 2 * l1.intermediate_size * 4 * 2048 * l1.num_layers
+    per_token = 2 * l1.intermediate_size + 2 * 2 * l1.hidden_size
+    saved = per_token * 4 * 2048 * l1.num_layers
     assert eager.allocated - compiled.allocated == pytest.approx(saved, rel=1e-6)
     assert compiled.logits == eager.logits  # the loss is not compiled: fp32 logits stay
 
@@ -630,3 +632,15 @@ def test_zero3_full_keeps_more_only_with_liger_layer_kernels() -> None:
     assert hf[0] == hf[1]
     lg = [activation_phases(l1, Setup(stage=st, liger=True, **kw))[0] for st in (2, 3)]
     assert lg[1] - lg[0] == int(9.0 * 2 * 1024 * l1.hidden_size) * l1.num_layers
+
+
+def test_gemma2_norms_and_soft_cap() -> None:
+    """Gemma-2's four norms a layer keep fp32 outputs when their weights train, and eager's
+    soft-cap keeps tanh's output: 20h per token per layer and 2 B x heads x s^2 more than the same
+    sizes as Llama (CPU, saved-tensor hooks: bench/gemma2_saved_cpu.py)."""
+    g2 = resolve_model("gemma-2-2b")
+    llama_like = dataclasses.replace(g2, model_type="llama", norms_per_layer=2)
+    s = Setup(stage=2, micro_batch=1, seq_len=1024, attention="eager")
+    extra = activation_phases(g2, s)[0] - activation_phases(llama_like, s)[0]
+    per_layer = 20 * g2.hidden_size * 1024 + 2 * g2.num_heads * 1024 * 1024
+    assert extra == per_layer * g2.num_layers

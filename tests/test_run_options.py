@@ -2,6 +2,7 @@
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -254,7 +255,6 @@ def test_attn_auto_is_sdpa_varlen_where_it_was_measured() -> None:
         (CUDA, llama, {**packed, "precision": "fp16"}),  # pre-Ampere GPUs train in fp16
         (CUDA, llama, {**packed, "compile": "on"}),  # left out of the compiled graph
         (CUDA, llama, {**packed, "method": "lora"}),  # compile's auto is on there
-        (CUDA, resolve_model("gemma-2-2b"), packed),  # soft-capping
         (CUDA, resolve_model("mistral-7b-v0.3"), packed),  # windows not run on the GPU
         (CUDA, None, packed),  # a model dojo does not know
     ):
@@ -263,6 +263,25 @@ def test_attn_auto_is_sdpa_varlen_where_it_was_measured() -> None:
     assert not any(
         a.startswith("attn ") for a in run_of(CUDA, llama, attn="sdpa", **packed).assumed
     )
+
+
+@pytest.mark.parametrize("machine", [CUDA, CPU])
+def test_attn_auto_is_eager_for_soft_capping_models(machine: Any) -> None:
+    """transformers 5.24 refuses SDPA for Gemma-2 (_supports_sdpa = False: SDPA cannot soft-cap
+    the attention logits): auto picks eager, as transformers does, and says why."""
+    from dojo.modelspec import resolve_model
+
+    run = run_of(machine, resolve_model("gemma-2-2b"), packing=True)
+    assert run.attn == "eager"
+    assert any(a.startswith("attn eager: gemma2 soft-caps") for a in run.assumed)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "sdpa_varlen"])
+def test_kernels_without_soft_capping_are_refused_for_gemma2(attn: str) -> None:
+    from dojo.modelspec import resolve_model
+
+    with pytest.raises(ConfigError, match=f"--attn {attn}: gemma2 caps its attention logits"):
+        run_of(CUDA, resolve_model("gemma-2-2b"), packing=True, attn=attn)
 
 
 def test_round_trip_through_json() -> None:

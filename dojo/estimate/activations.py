@@ -3,7 +3,7 @@
 import math
 
 from dojo.estimate.setup import Setup
-from dojo.modelspec import ModelSpec
+from dojo.modelspec import SOFTCAP_MODEL_TYPES, ModelSpec
 
 BF16 = 2
 FP32 = 4
@@ -57,19 +57,24 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         # Measured on the H200 (docs/benchmarks.md rows 1-5) the layer saves 14h + 2i less.
         per_token -= int(cal.liger_full_saved_per_token_h * h) + 2 * i
     elif kernels or s.compile:
-        # Frozen base: HF norms keep no weight-grad inputs there (already excluded above); only
-        # the SwiGLU saving applies. A compiled layer gets it too: Inductor's min-cut partitioner
-        # recomputes the cheap silu(gate) in the backward rather than keep it (session 8, five
-        # compile LoRA rows: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it).
-        per_token -= 2 * i
+        # Frozen base: HF norms keep no weight-grad inputs there (already excluded above). A
+        # compiled layer gets the SwiGLU saving too: Inductor's min-cut partitioner recomputes
+        # the cheap silu(gate) in the backward rather than keep it (session 8, five compile LoRA
+        # rows: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it). The two layer
+        # norms keep their bf16 input, not transformers' fp32 copy (``_norm_bytes``: -2 B x h
+        # each; session 12, every Liger LoRA/QLoRA row came 1-6 points closer in allocated).
+        per_token -= 2 * i + 2 * (FP32 - _norm_bytes(spec, setup)) * h
+    norm = _norm_bytes(spec, setup)
     if spec.qk_norm:
         # Qwen3/Gemma-3/OLMo-2 q_norm and k_norm (RMSNorm on q and k before RoPE) save what a
-        # layer norm saves, per value of q and k: HF's an fp32 copy of its input (4 B) and, when
-        # its weight trains, its bf16 output (2 B); Liger's RMSNorm (liger-kernel patches q_norm
-        # and k_norm too) and a compiled norm only the bf16 input. The session-13 set's two
-        # Qwen3-0.6B full rows without checkpointing (q = 2h) were 3.9 and 4.2 GiB under without.
-        hf_norm = FP32 + BF16 if s.method == "full" else FP32
-        per_token += (BF16 if kernels or s.compile else hf_norm) * (q + kv)
+        # layer norm saves, per value of q and k. The session-13 set's two Qwen3-0.6B full rows
+        # without checkpointing (q = 2h) were 3.9 and 4.2 GiB under without this.
+        per_token += norm * (q + kv)
+    # Gemma-2/3: four norms a layer (the two above Llama's save their inputs like any norm), and
+    # Gemma's norm keeps an fp32 output for its weight's grad, 2 B more than Llama's bf16 one.
+    per_token += max(0, spec.norms_per_layer - 2) * norm * h
+    if _gemma_norms(spec) and s.method == "full" and not (kernels or s.compile):
+        per_token += 2 * BF16 * h
     per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
     # Packed rows (position_ids restart, masking_utils find_packed_sequence_indices) always get a
     # full-size 4-D mask. Padded batches get one too, but their rows are only as long as the
@@ -83,6 +88,10 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     a_layer = tokens * per_token
     if s.attention == "eager":
         a_layer += 6 * spec.num_heads * s.seq_len * tokens  # fp32 softmax + bf16 copy (sec 3.2)
+        if spec.model_type in SOFTCAP_MODEL_TYPES:
+            # eager_attention_forward's soft-cap, scores / cap -> tanh -> * cap: tanh keeps its
+            # bf16 output for backward (CPU, tiny Gemma-2 against Llama: bench/gemma2_saved_cpu.py)
+            a_layer += BF16 * spec.num_heads * s.seq_len * tokens
     # SDPA turns a bool mask into an additive one in the query dtype on every call (ATen
     # attention.cpp convert_boolean_attn_mask), and the memory-efficient kernel, the one that
     # takes a mask, saves that bias for its backward: 2 B x b x s^2 per layer, once per layer
@@ -107,6 +116,25 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     if s.stage == 3 and s.deepspeed and not s.grad_ckpt and full_kernels:
         kept += int(cal.zero3_kept_per_token_h * tokens * h) * spec.num_layers
     return int(kept), int(logits + loss_tail), int(layer_extra), int(logits)
+
+
+def _gemma_norms(spec: ModelSpec) -> bool:
+    """Gemma's RMSNorm: ``x.float()`` normalised, times ``1 + weight`` in fp32, then cast."""
+    return spec.model_type in ("gemma", "gemma2", "gemma3", "gemma3_text")
+
+
+def _norm_bytes(spec: ModelSpec, s: Setup) -> int:
+    """Bytes one RMSNorm keeps for backward per value of its input: transformers' an fp32 copy
+    of the input (4 B) and, when its weight trains, its output for the weight's grad (bf16 for
+    Llama's norm, 2 B; Gemma's keeps it in fp32, 4 B); Liger's RMSNorm (liger-kernel patches
+    every norm of the models it knows, q_norm and k_norm included) and a compiled norm only the
+    bf16 input. Measured on the CPU: 6.06 / 4.06 B per value (full / frozen) for Qwen3's q/k
+    norms (bench/qknorm_saved_cpu.py)."""
+    if (s.liger and s.liger_kernels) or s.compile:
+        return BF16
+    if s.method != "full":
+        return FP32
+    return FP32 + (FP32 if _gemma_norms(spec) else BF16)
 
 
 def _mask_bytes(s: Setup) -> int:

@@ -7,6 +7,7 @@ nvme needs a path, ...) is checked here, all at once: one ConfigError lists ever
 from typing import Any
 
 from dojo.errors import ConfigError
+from dojo.modelspec import SOFTCAP_MODEL_TYPES as SOFTCAP_MODELS
 from dojo.run import resolve_loop
 from dojo.run.catalog import BNB_OPTIMS, OPTIONS
 from dojo.run.machine import Machine, conf_expandable
@@ -80,11 +81,11 @@ def resolve(
     ``world_known``: False when nobody said how many GPUs (``dojo config``)."""
     v = {name: values.get(name, opt.default) for name, opt in OPTIONS.items()}
     check(v, machine, given or set())
-    if v["attn"] == "sdpa_varlen" and getattr(spec, "model_type", None) in SOFTCAP_MODELS:
+    if v["attn"] in NO_SOFTCAP and getattr(spec, "model_type", None) in SOFTCAP_MODELS:
         raise ConfigError(
-            f"--attn sdpa_varlen: {spec.model_type} caps its attention logits (soft-capping), "
-            "which PyTorch's FlashAttention kernel does not do",
-            hint="use --attn eager (transformers' choice for Gemma-2)",
+            f"--attn {v['attn']}: {spec.model_type} caps its attention logits (soft-capping), "
+            f"which {NO_SOFTCAP[v['attn']]} does not do",
+            hint="use --attn eager (auto: transformers' choice for Gemma-2) or flex_attention",
         )
     said: list[str] = []
     cuda = machine.cuda
@@ -122,8 +123,11 @@ def resolve(
         said.append("compile off: it pays for packed LoRA and QLoRA at ZeRO 0-2 on CUDA "
                     "(docs/benchmarks.md); --compile on to use it")  # fmt: skip
     attn = v["attn"] if v["attn"] != "auto" else _auto_attention(v, spec, cuda, precision, compile_)
-    if v["attn"] == "auto" and attn != "sdpa":
+    if v["attn"] == "auto" and attn == "sdpa_varlen":
         said.append(f"attn {attn}: {VARLEN_AUTO_WHY}; --attn sdpa for the masked kernel")
+    elif v["attn"] == "auto" and attn == "eager":
+        said.append(f"attn eager: {spec.model_type} soft-caps its attention logits, which SDPA "
+                    "does not do (transformers' own choice for it); --attn flex_attention on CUDA")  # fmt: skip
     expandable = _expandable(v["expandable_segments"], machine, said)
     adapter = _adapter_params(v, spec)
     bucket, prefetch, leaf = _zero_sizes(v, spec, adapter, said)
@@ -210,17 +214,22 @@ def _auto_attention(
     v: dict[str, Any], spec: Any, cuda: bool, precision: str, compile_: bool
 ) -> str:
     """--attn auto: sdpa_varlen where it was measured (packed rows, bf16 on CUDA; a GPU older
-    than Ampere, which has no such kernel, takes varlen's exact per-sample path), else sdpa.
-    Not under compile: the varlen call is left out of the compiled graph (one split per layer),
+    than Ampere, which has no such kernel, takes varlen's exact per-sample path), eager for models
+    that soft-cap their attention logits (Gemma-2), else sdpa. Not under compile: the varlen call is left out of the compiled graph (one split per layer),
     and compiled runs with it were not timed."""
+    if getattr(spec, "model_type", None) in SOFTCAP_MODELS:
+        return "eager"
     known = getattr(spec, "model_type", None) in VARLEN_AUTO_MODELS
     if cuda and v["packing"] and precision == "bf16" and not compile_ and known:
         return "sdpa_varlen"
     return "sdpa"
 
 
-SOFTCAP_MODELS = ("gemma2",)
-"""Models whose attention soft-caps its logits (config attn_logit_softcapping)."""
+NO_SOFTCAP = {
+    "sdpa": "SDPA (transformers 5.24 refuses it; earlier versions dropped the cap)",
+    "sdpa_varlen": "PyTorch's FlashAttention kernel",
+}
+"""--attn kernels that cannot soft-cap, and why."""
 
 
 def _attention_problems(attn: str, packing: bool, machine: Machine) -> list[tuple[str, str]]:

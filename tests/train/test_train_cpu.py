@@ -242,3 +242,26 @@ def test_zero3_leaf_layers_train_the_same(
         losses[leaf] = [ln.split("loss ")[1].split()[0] for ln in r.stderr.splitlines()
                         if ln.startswith("step ") and "loss " in ln]  # fmt: skip
     assert len(losses["auto"]) == 3 and losses["auto"] == losses["off"]
+
+
+def test_gemma2_trains_with_auto_attention(tmp_path: Path) -> None:
+    """Gemma-2 soft-caps its attention logits: transformers 5.24 refuses SDPA for it, so --attn
+    auto must pick eager (it picked sdpa before session 12, and every Gemma-2 run failed at load)."""
+    from dojo.train.tiny import materialize_tiny_model
+
+    model = materialize_tiny_model(tmp_path / "gemma2")
+    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    config = {
+        "model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "head_dim": 32, "vocab_size": vocab,
+        "max_position_embeddings": 1024, "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 32, "sliding_window": 64,
+        "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+    }  # fmt: skip
+    (model / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "run"
+    r = dojo_train(out, "--model", str(model), "--init", "random", "--max-steps", "3", nproc=1)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "assumed: attn eager: gemma2 soft-caps" in r.stderr
+    assert json.loads((out / "train.json").read_text())["run"]["attn"] == "eager"
