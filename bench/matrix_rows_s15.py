@@ -1,9 +1,10 @@
 """Session 15 memory rows (issue 12): a NEW held-out set for `dojo estimate`, not yet measured.
 
 Committed in session 12, before any of these rows ran: 9 rows at 6b40e45, then two LoRA ZeRO-3
-rows and one QLoRA ZeRO-3 row with the estimator changes they probe (ZeRO-3's frozen linear
-inputs counted for LoRA; the calibrated ZeRO-3 term kept for full fine-tuning with Liger's layer
-kernels only). Judge the set against the commit that added the QLoRA row. Every row is "held".
+rows, one QLoRA ZeRO-3 row and two Gemma-2 rows with the estimator changes they probe (ZeRO-3's
+frozen linear inputs counted for LoRA; the calibrated ZeRO-3 term kept for full fine-tuning with
+Liger's layer kernels only; norms and the soft-cap counted). Judge the set against the commit
+that added the Gemma-2 rows. Every row is "held".
 Rows name their attention and Liger mode, so what ran is what the row says.
 
     MEM_ARGS="--rows s15 --parallel 7" LIMIT_S=480 bash bench/gpu.sh memory
@@ -19,7 +20,10 @@ What they probe:
   DeepSpeed's ZeRO-3 linear, also session 12: the rows were added before the set ran), and QLoRA
   at ZeRO-3 without checkpointing (bitsandbytes' 4-bit matmul keeps no frozen input);
 - two rows away from the step-pages threshold (kept activations far below and far above the fp32
-  upcast), and Llama-3.1-8B LoRA ZeRO-2 with compile and the fused loss.
+  upcast), and Llama-3.1-8B LoRA ZeRO-2 with compile and the fused loss;
+- Gemma-2-2B under eager attention, dojo's auto for it since session 12 (LoRA with Liger, full
+  without): its four norms a layer and the soft-cap's tanh output, counted in the same commit as
+  these two rows (34b25c3 and the one that adds them).
 """
 
 from matrix_rows_s12 import EXP, Row
@@ -46,4 +50,7 @@ ROWS: list[Row] = [
     # full ZeRO-2 without checkpointing away from the step-pages threshold
     Row(H, D, "l1b", 2, micro_batch=1, seq_len=1024, **_V),  # kept far below the upcast
     Row(H, D, "q06", 2, micro_batch=4, seq_len=4096, **_V),  # kept far above it
+    # Gemma-2 under eager attention (auto since session 12): four norms, the soft-cap's tanh
+    Row(H, D, "g2b", 2, "lora", micro_batch=1, seq_len=2048, alloc=EXP, attn="eager"),
+    Row(H, D, "g2b", 2, micro_batch=1, seq_len=2048, liger=False, alloc=EXP, attn="eager"),
 ]
