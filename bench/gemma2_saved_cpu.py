@@ -15,6 +15,9 @@ import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from saved_tensors import counting, with_lora  # noqa: E402
+
 from dojo.estimate import Setup  # noqa: E402
 from dojo.estimate.activations import activation_phases  # noqa: E402
 from dojo.modelspec import from_hf_config  # noqa: E402
@@ -25,7 +28,6 @@ SIZES: dict[str, Any] = {"hidden_size": 256, "intermediate_size": 688, "num_hidd
          "max_position_embeddings": 1024, "tie_word_embeddings": True, "attention_bias": False}  # fmt: skip
 GEMMA: dict[str, Any] = {"hidden_activation": "gelu_pytorch_tanh", "sliding_window": 4096,
          "query_pre_attn_scalar": 64}  # fmt: skip
-LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def measured(config: Any, method: str) -> int:
@@ -35,23 +37,11 @@ def measured(config: Any, method: str) -> int:
     model = cls(config).to(torch.bfloat16)
     model.config._attn_implementation = "eager" if gemma else "sdpa"
     if method == "lora":
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(r=8, target_modules=LINEARS, lora_dropout=0.0))
-        for p in model.parameters():
-            if p.requires_grad:
-                p.data = p.data.to(torch.bfloat16)
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.numel():
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
+        model = with_lora(model)
     ids = torch.randint(0, SIZES["vocab_size"], (1, SEQ))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with counting() as saved:
         model(input_ids=ids, labels=ids)
-    return sum(seen.values())
+    return saved()
 
 
 def estimated(config: Any, method: Any, attention: Any) -> int:

@@ -9,6 +9,7 @@ torch.autograd.graph.saved_tensors_hooks. transformers' norms only (Liger's are 
 from typing import Any
 
 import torch
+from saved_tensors import counting, with_lora
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, TOKENS = 256, 4, 8, 4, 64, 2 * 256
@@ -16,7 +17,6 @@ SIZES = {"hidden_size": HIDDEN, "intermediate_size": 688, "num_hidden_layers": L
          "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
          "vocab_size": 1000, "max_position_embeddings": 512, "tie_word_embeddings": True,
          "attention_bias": False}  # fmt: skip
-LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def saved_bytes(config: Any, model_cls: Any, method: str) -> int:
@@ -24,23 +24,11 @@ def saved_bytes(config: Any, model_cls: Any, method: str) -> int:
     model = model_cls(config(**SIZES)).to(torch.bfloat16)
     model.config._attn_implementation = "sdpa"
     if method == "lora":
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(r=8, target_modules=LINEARS, lora_dropout=0.0))
-        for p in model.parameters():
-            if p.requires_grad:
-                p.data = p.data.to(torch.bfloat16)
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.numel():
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
+        model = with_lora(model)
     ids = torch.randint(0, 1000, (2, 256))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with counting() as saved:
         model(input_ids=ids, labels=ids)
-    return sum(seen.values())
+    return saved()
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ def one(stage: int, method: str, restore: int) -> dict[str, object]:
                       RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")  # fmt: skip
     import deepspeed
     import torch
+    from saved_tensors import counting, with_lora
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -44,31 +45,22 @@ def one(stage: int, method: str, restore: int) -> dict[str, object]:
 
         torch.nn.functional.linear = Patched.linear_bk
     if method == "lora":
-        from peft import LoraConfig, get_peft_model
-
-        names = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-        model = get_peft_model(model, LoraConfig(r=8, target_modules=names, lora_dropout=0.0))
+        # adapters as DeepSpeed leaves them: cast to bf16 at ZeRO 0-2, fp32 at ZeRO-3
+        model = with_lora(model, bf16=False)
     trainable = [p for p in model.parameters() if p.requires_grad]
     engine, *_ = deepspeed.initialize(
         model=model, optimizer=torch.optim.AdamW(trainable, lr=1e-4), config=ds
     )
     ids = torch.randint(0, 1000, (2, 256))
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.numel():
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
     for _ in range(2):  # the second step: after DeepSpeed's first-step set-up
-        seen.clear()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with counting() as saved:
             loss = engine(input_ids=ids, labels=ids).loss
+        total = saved()
         engine.backward(loss)
         engine.step()
     adapters = {str(p.dtype) for p in trainable} if method == "lora" else set()
     return {"stage": stage, "method": method, "F.linear restored": bool(restore),
-            "adapters": ",".join(sorted(adapters)), "saved_bytes": sum(seen.values())}  # fmt: skip
+            "adapters": ",".join(sorted(adapters)), "saved_bytes": total}  # fmt: skip
 
 
 def main() -> None:
