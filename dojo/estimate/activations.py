@@ -51,6 +51,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         if s.method == "lora" and s.stage == 3 and s.deepspeed:
             per_token += _zero3_frozen_inputs(spec, setup, i)
     kernels = s.liger and s.liger_kernels
+    norm = _norm_bytes(spec, setup)
     if kernels and s.method == "full":
         # Liger's RMSNorm keeps its bf16 input + fp32 rstd instead of HF's fp32 copy + bf16
         # output (-8h by that count) and its SwiGLU keeps gate and up but not silu(gate) (-2i).
@@ -60,11 +61,12 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         # Frozen base: HF norms keep no weight-grad inputs there (already excluded above). A
         # compiled layer gets the SwiGLU saving too: Inductor's min-cut partitioner recomputes
         # the cheap silu(gate) in the backward rather than keep it (session 8, five compile LoRA
-        # rows: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it). The two layer
-        # norms keep their bf16 input, not transformers' fp32 copy (``_norm_bytes``: -2 B x h
-        # each; session 12, every Liger LoRA/QLoRA row came 1-6 points closer in allocated).
-        per_token -= 2 * i + 2 * (FP32 - _norm_bytes(spec, setup)) * h
-    norm = _norm_bytes(spec, setup)
+        # rows: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it). A frozen base's
+        # two layer norms keep their bf16 input, not transformers' fp32 copy (-2 B x h each;
+        # session 12, every Liger LoRA/QLoRA row came 1-6 points closer in allocated).
+        per_token -= 2 * i
+        if s.method != "full":
+            per_token -= 2 * (FP32 - norm) * h
     if spec.qk_norm:
         # Qwen3/Gemma-3/OLMo-2 q_norm and k_norm (RMSNorm on q and k before RoPE) save what a
         # layer norm saves, per value of q and k. The session-13 set's two Qwen3-0.6B full rows
