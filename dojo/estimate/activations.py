@@ -61,22 +61,23 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         # Frozen base: HF norms keep no weight-grad inputs there (already excluded above). A
         # compiled layer gets the SwiGLU saving too: Inductor's min-cut partitioner recomputes
         # the cheap silu(gate) in the backward rather than keep it (session 8, five compile LoRA
-        # rows: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it). A frozen base's
-        # two layer norms keep their bf16 input, not transformers' fp32 copy (-2 B x h each;
-        # session 12, every Liger LoRA/QLoRA row came 1-6 points closer in allocated).
+        # rows: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it).
         per_token -= 2 * i
-        if s.method != "full":
-            per_token -= 2 * (FP32 - norm) * h
+    if not (s.method == "full" and (kernels or s.compile)):
+        # The counts above take transformers' Llama norm for the layer's two norms (6 B a value
+        # with a training weight, 4 B frozen); Gemma's keeps an fp32 output (8 B), and a frozen
+        # base's under Liger or compile its bf16 input (2 B: session 12, every Liger LoRA/QLoRA
+        # row came 1-6 points closer in allocated). Full fine-tuning with Liger's kernels has
+        # its own measured count above; with compile alone it was never measured.
+        llama_norm = FP32 + BF16 if s.method == "full" else FP32
+        per_token += 2 * (norm - llama_norm) * h
     if spec.qk_norm:
         # Qwen3/Gemma-3/OLMo-2 q_norm and k_norm (RMSNorm on q and k before RoPE) save what a
         # layer norm saves, per value of q and k. The session-13 set's two Qwen3-0.6B full rows
         # without checkpointing (q = 2h) were 3.9 and 4.2 GiB under without this.
         per_token += norm * (q + kv)
-    # Gemma-2/3: four norms a layer (the two above Llama's save their inputs like any norm), and
-    # Gemma's norm keeps an fp32 output for its weight's grad, 2 B more than Llama's bf16 one.
+    # Gemma-2/3: four norms a layer; the two beyond Llama's keep what any norm keeps.
     per_token += max(0, spec.norms_per_layer - 2) * norm * h
-    if _gemma_norms(spec) and s.method == "full" and not (kernels or s.compile):
-        per_token += 2 * BF16 * h
     per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
     # Packed rows (position_ids restart, masking_utils find_packed_sequence_indices) always get a
     # full-size 4-D mask. Padded batches get one too, but their rows are only as long as the
