@@ -22,17 +22,23 @@ class Gpu:
     """In use when dojo looked, by any process (nvidia-smi memory.used), GiB."""
 
 
-def list_gpus() -> list[Gpu]:
-    """GPUs the driver shows, in nvidia-smi order; [] when there is no driver (CPU machine)."""
+def _nvidia_smi(query: str) -> str | None:
+    """``nvidia-smi --query-...`` as csv without header or units; None when there is no driver
+    or it fails."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
-        return []
-    cmd = [exe, "--query-gpu=index,name,memory.total,memory.used", "--format=csv,noheader,nounits"]
+        return None
+    cmd = [exe, query, "--format=csv,noheader,nounits"]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        return []
-    return parse_gpu_table(out)
+        return None
+
+
+def list_gpus() -> list[Gpu]:
+    """GPUs the driver shows, in nvidia-smi order; [] when there is no driver (CPU machine)."""
+    out = _nvidia_smi("--query-gpu=index,name,memory.total,memory.used")
+    return [] if out is None else parse_gpu_table(out)
 
 
 def parse_gpu_table(out: str) -> list[Gpu]:
@@ -112,30 +118,27 @@ def process_memory_mib(pid: int, gpu_uuid: str) -> float | None:
     ``nvidia-smi --query-compute-apps``: the process's own share when others use the same GPU.
     None when nvidia-smi cannot say (no driver, or a container whose PID namespace hides the
     host's pids: nvidia-smi lists those, not ours)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    cmd = [exe, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return own_usage_mib(out, pid, gpu_uuid)
+    out = _nvidia_smi("--query-compute-apps=pid,gpu_uuid,used_memory")
+    return None if out is None else own_usage_mib(out, pid, gpu_uuid)
 
 
 def own_usage_mib(table: str, pid: int, gpu_uuid: str) -> float | None:
     """``pid``'s row on ``gpu_uuid`` in nvidia-smi's ``pid, gpu_uuid, used_memory`` table. The
     driver writes ``GPU-<uuid>`` (``MIG-<uuid>`` for a MIG slice); torch gives the bare uuid, so
     the prefix is ignored."""
-    bare = gpu_uuid.strip().lower().removeprefix("gpu-").removeprefix("mig-")
+    bare = _bare_uuid(gpu_uuid)
     for line in table.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) != 3 or not _is_index(parts[0]) or int(parts[0]) != pid:
             continue
-        if parts[1].lower().removeprefix("gpu-").removeprefix("mig-") != bare or not bare:
+        if not bare or _bare_uuid(parts[1]) != bare:
             continue
         try:
             return float(parts[2])
         except ValueError:  # "[N/A]" (Windows WDDM, some vGPU setups)
             return None
     return None
+
+
+def _bare_uuid(text: str) -> str:
+    return text.strip().lower().removeprefix("gpu-").removeprefix("mig-")

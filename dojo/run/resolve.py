@@ -7,7 +7,7 @@ nvme needs a path, ...) is checked here, all at once: one ConfigError lists ever
 from typing import Any
 
 from dojo.errors import ConfigError
-from dojo.modelspec import SOFTCAP_MODEL_TYPES as SOFTCAP_MODELS
+from dojo.modelspec import SOFTCAP_MODEL_TYPES
 from dojo.run import resolve_loop
 from dojo.run.catalog import BNB_OPTIMS, OPTIONS
 from dojo.run.machine import Machine, conf_expandable
@@ -81,7 +81,7 @@ def resolve(
     ``world_known``: False when nobody said how many GPUs (``dojo config``)."""
     v = {name: values.get(name, opt.default) for name, opt in OPTIONS.items()}
     check(v, machine, given or set())
-    if v["attn"] in NO_SOFTCAP and getattr(spec, "model_type", None) in SOFTCAP_MODELS:
+    if v["attn"] in NO_SOFTCAP and getattr(spec, "model_type", None) in SOFTCAP_MODEL_TYPES:
         raise ConfigError(
             f"--attn {v['attn']}: {spec.model_type} caps its attention logits (soft-capping), "
             f"which {NO_SOFTCAP[v['attn']]} does not do",
@@ -215,9 +215,10 @@ def _auto_attention(
 ) -> str:
     """--attn auto: sdpa_varlen where it was measured (packed rows, bf16 on CUDA; a GPU older
     than Ampere, which has no such kernel, takes varlen's exact per-sample path), eager for models
-    that soft-cap their attention logits (Gemma-2), else sdpa. Not under compile: the varlen call is left out of the compiled graph (one split per layer),
-    and compiled runs with it were not timed."""
-    if getattr(spec, "model_type", None) in SOFTCAP_MODELS:
+    that soft-cap their attention logits (Gemma-2), else sdpa. Not under compile: the varlen call
+    is left out of the compiled graph (one split per layer), and compiled runs with it were not
+    timed."""
+    if getattr(spec, "model_type", None) in SOFTCAP_MODEL_TYPES:
         return "eager"
     known = getattr(spec, "model_type", None) in VARLEN_AUTO_MODELS
     if cuda and v["packing"] and precision == "bf16" and not compile_ and known:
