@@ -50,6 +50,19 @@ def test_cpu_processes_use_include_and_cpu_accelerator() -> None:
     assert "DS_ACCELERATOR" not in launch.launch_env(Devices("cuda", (0,)), base={})
 
 
+def test_cpu_ranks_see_no_gpu() -> None:
+    # DeepSpeed's CPU accelerator hands each rank CUDA_VISIBLE_DEVICES=<slot>: on a GPU machine
+    # an --nproc rank saw a GPU, set up NCCL and failed to broadcast its CPU weights.
+    from dojo.train.worker import hide_gpus_on_cpu_runs
+
+    rank_env = {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "0"}
+    hide_gpus_on_cpu_runs(rank_env)
+    assert rank_env["CUDA_VISIBLE_DEVICES"] == ""
+    gpu_rank = {"CUDA_VISIBLE_DEVICES": "1"}
+    hide_gpus_on_cpu_runs(gpu_rank)
+    assert gpu_rank == {"CUDA_VISIBLE_DEVICES": "1"}
+
+
 def test_ranks_find_the_tools_next_to_this_interpreter() -> None:
     # ninja (DeepSpeed's op builds) comes with the train extra into the interpreter's bin folder.
     bindir = os.path.dirname(sys.executable)
