@@ -134,12 +134,14 @@ def check_extras(method: str, devices: Devices, *, dry_run: bool = False) -> Non
             f"dojo train --method {method} needs {', '.join(missing)}, not installed",
             hint="pip install 'dojo[train]'",
         )
-    if devices.kind == "cpu" and not dry_run:
+    if not dry_run:
         from dojo.train.toolchain import clear_stale_build_lock, cpu_compiler_error
 
-        err = cpu_compiler_error()
-        if err is not None:
-            raise err
+        if devices.kind == "cpu":
+            err = cpu_compiler_error()
+            if err is not None:
+                raise err
+        # CPU runs build deepspeed_shm_comm; GPU runs cpu_adam (offload) and other ops.
         for lock in clear_stale_build_lock():
             _output.info(f"note: removed {lock}, a build lock left by a killed run")
     if method == "qlora" and devices.kind != "cuda":

@@ -22,14 +22,21 @@ STALE_LOCK_S = 120.0
 """With the op already built, torch holds its build lock for the well under a second ninja needs
 to find nothing to do; a lock older than this was left by a process killed in that window."""
 
+STALE_BUILD_LOCK_S = 15 * 60.0
+"""An op not built yet: its first build holds the lock while it compiles (deepspeed_shm_comm about
+40 s on this repo's 2-core machine, cpu_adam about a minute); a lock older than this was left by a
+run stopped mid-build (dojo and DeepSpeed's launcher stop ranks with SIGTERM, which skips the
+build's own cleanup), as a stopped CI run did in session 12."""
 
-def _op_dirs(env: Mapping[str, str], home: Path) -> list[Path]:
+
+def _op_dirs(env: Mapping[str, str], home: Path, op: str = OP) -> list[Path]:
+    """The build folders of ``op`` (a glob: "*" for every op) for this Python's ranks."""
     root = env.get("TORCH_EXTENSIONS_DIR")
     if root:
-        return [Path(root) / OP]
+        return sorted(Path(root).glob(op))
     cache = Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "torch_extensions"
     py = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_*"
-    return sorted(cache.glob(f"{py}/{OP}"))
+    return sorted(cache.glob(f"{py}/{op}"))
 
 
 def _cached(env: Mapping[str, str], home: Path) -> bool:
@@ -40,19 +47,23 @@ def _cached(env: Mapping[str, str], home: Path) -> bool:
 def clear_stale_build_lock(
     env: Mapping[str, str] | None = None, home: Path | None = None, now: float | None = None
 ) -> list[Path]:
-    """Remove the op's build lock when a killed run left it behind (every later CPU run would
-    wait on it forever: torch's FileBaton polls until the file goes). Returns what was removed."""
+    """Remove any DeepSpeed op's build lock that a killed run left behind (every later run that
+    loads the op would wait on it forever: torch's FileBaton polls until the file goes): older
+    than STALE_LOCK_S beside a built op, or than STALE_BUILD_LOCK_S before the first build
+    finished. Returns what was removed."""
     import time
 
     env = os.environ if env is None else env
     now = time.time() if now is None else now
     removed = []
-    for d in _op_dirs(env, Path.home() if home is None else home):
+    for d in _op_dirs(env, Path.home() if home is None else home, op="*"):
         lock = d / "lock"
         try:
-            stale = (d / f"{OP}.so").is_file() and now - lock.stat().st_mtime > STALE_LOCK_S
+            age = now - lock.stat().st_mtime
         except OSError:
             continue
+        built = (d / f"{d.name}.so").is_file()
+        stale = age > (STALE_LOCK_S if built else STALE_BUILD_LOCK_S)
         if stale:
             lock.unlink(missing_ok=True)
             removed.append(lock)

@@ -76,9 +76,24 @@ def test_stale_build_lock_is_cleared(tmp_path: Path) -> None:
     lock = op / "lock"
     lock.write_text("")
     old = lock.stat().st_mtime
-    assert toolchain.clear_stale_build_lock(env, now=old + 1e6) == []  # no .so yet: a real build
+    assert toolchain.clear_stale_build_lock(env, now=old + 300) == []  # no .so yet: a real build
     (op / f"{toolchain.OP}.so").write_bytes(b"")
     assert toolchain.clear_stale_build_lock(env, now=old + 5) == []  # fresh: someone holds it
+    assert toolchain.clear_stale_build_lock(env, now=old + 1e6) == [lock]
+    assert not lock.exists()
+
+
+def test_lock_of_an_interrupted_first_build_is_cleared(tmp_path: Path) -> None:
+    """Stopped mid-build (no .so), of any op: cleared once no build could still be running."""
+    from dojo.train import toolchain
+
+    op = tmp_path / "ext" / "cpu_adam"  # an offload run's op, not only the CPU runs' shm op
+    op.mkdir(parents=True)
+    env = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    lock = op / "lock"
+    lock.write_text("")
+    old = lock.stat().st_mtime
+    assert toolchain.clear_stale_build_lock(env, now=old + 600) == []  # may still be compiling
     assert toolchain.clear_stale_build_lock(env, now=old + 1e6) == [lock]
     assert not lock.exists()
 
