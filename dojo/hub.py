@@ -11,7 +11,9 @@ Example: ``config_file("meta-llama/Llama-3.1-8B")`` -> the cached
 
 import os
 import re
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from dojo.architectures import ARCHITECTURES
 from dojo.errors import EstimateError
@@ -69,13 +71,23 @@ def config_file(repo_id: str, revision: str | None = None, *, for_train: bool = 
         ) from None
     at = f"{repo_id}@{revision}" if revision else repo_id
     get = _get_hint(repo_id, revision, for_train)
+    endpoint = os.environ.get("HF_ENDPOINT") or None  # read now, as offline() is
+    if not offline() and not _cached(repo_id, revision):
+        reason = unreachable(endpoint or "https://huggingface.co")
+        if reason is not None:
+            why = "the Hub cannot be reached"
+            raise HubUnreachable(
+                f"--model {at}: not in the local Hugging Face cache and {why} ({reason})",
+                get + "; without a network, HF_HUB_OFFLINE=1 skips the check",
+                why=why,
+            )
     try:
         path = hf_hub_download(
             repo_id,
             "config.json",
             revision=revision,
             local_files_only=offline(),
-            endpoint=os.environ.get("HF_ENDPOINT") or None,  # read now, as offline() is
+            endpoint=endpoint,
         )
     # Most specific first: in huggingface_hub < 1.0 LocalEntryNotFoundError is an HTTP error.
     except LocalEntryNotFoundError:
@@ -125,6 +137,40 @@ def config_file(repo_id: str, revision: str | None = None, *, for_train: bool = 
             f"--model {at}: cannot fetch config.json into the Hugging Face cache ({e})", hint=get
         ) from None
     return Path(path)
+
+
+PROBE_TIMEOUT_S = 3.0
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def unreachable(endpoint: str) -> str | None:
+    """Why the Hub's host cannot be reached (one TCP connect, at most PROBE_TIMEOUT_S), or None.
+
+    Asked only for a config that is not cached: huggingface_hub then retries a network error five
+    times with backoff (file_download.py, ``retry_on_errors=True``: 1 + 2 + 4 + 8 + 8 s), so on a
+    machine without a network ``dojo estimate`` waited 23 s behind ten warning lines before it
+    fell back to the built-in shape. Behind a proxy nothing is probed: the proxy may reach what
+    this machine cannot."""
+    if any(os.environ.get(k) for k in _PROXY_VARS):
+        return None
+    url = urlsplit(endpoint)
+    host = url.hostname or ""
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
+            return None
+    except socket.gaierror:
+        return f"{host} does not resolve"
+    except TimeoutError:
+        return f"no answer from {host}:{port} in {PROBE_TIMEOUT_S:.0f} s"
+    except OSError as e:
+        return f"{host}:{port}: {e.strerror or e}"
+
+
+def _cached(repo_id: str, revision: str | None) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
 
 
 def weights_cached(repo_id: str, revision: str | None = None) -> bool:

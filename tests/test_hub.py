@@ -219,6 +219,7 @@ def test_download_is_asked_for_the_revision(
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", "https://mirror.example")
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.setattr(hub, "unreachable", lambda endpoint: None)  # as if online
     assert resolve_model("org/model", revision="v1").params == 1_235_814_400
     assert seen == {
         "repo_id": "org/model",
@@ -258,6 +259,41 @@ def test_unreachable_hub_is_not_called_offline(hf_cache: Path, monkeypatch: pyte
 
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", unreachable)
+    monkeypatch.setattr(hub, "unreachable", lambda endpoint: None)  # e.g. behind a proxy
     with pytest.raises(hub.HubUnreachable, match="the Hub cannot be reached") as e:
         resolve_model("org/mystery")
     assert "HF_HUB_OFFLINE=1 skips the wait" in (e.value.hint or "")
+
+
+def test_no_network_is_said_at_once(hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not cached, no route to the Hub: one connect says so, before huggingface_hub's retries
+    (23 s of backoff on a machine without a network)."""
+    import socket
+
+    import huggingface_hub
+
+    def no_dns(address: tuple[str, int], timeout: float) -> None:
+        assert address == ("mirror.example", 8443) and timeout == hub.PROBE_TIMEOUT_S
+        raise socket.gaierror(-2, "Name or service not known")
+
+    def never(*_a: Any, **_k: Any) -> str:
+        raise AssertionError("huggingface_hub asked")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://mirror.example:8443")
+    monkeypatch.setattr(socket, "create_connection", no_dns)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", never)
+    with pytest.raises(hub.HubUnreachable) as e:
+        resolve_model("org/mystery")
+    assert "the Hub cannot be reached (mirror.example does not resolve)" in e.value.message
+    assert e.value.why == "the Hub cannot be reached"
+    assert "HF_HUB_OFFLINE=1 skips the check" in (e.value.hint or "")
+    # A cached config is read without asking the network; behind a proxy nothing is probed.
+    cache_model(hf_cache, "org/mystery", ARCHITECTURES["llama-3.2-1b"])
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: str(
+        hf_cache / "models--org--mystery" / "snapshots" / MAIN_SHA / "config.json"))  # fmt: skip
+    assert resolve_model("org/mystery").params == 1_235_814_400
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert hub.unreachable("https://mirror.example:8443") is None
