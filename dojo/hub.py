@@ -75,9 +75,9 @@ def config_file(repo_id: str, revision: str | None = None, *, for_train: bool = 
     if not offline() and not _cached(repo_id, revision):
         reason = unreachable(endpoint or "https://huggingface.co")
         if reason is not None:
-            why = "the Hub cannot be reached"
+            why = f"the Hub cannot be reached ({reason})"
             raise HubUnreachable(
-                f"--model {at}: not in the local Hugging Face cache and {why} ({reason})",
+                f"--model {at}: not in the local Hugging Face cache and {why}",
                 get + "; without a network, HF_HUB_OFFLINE=1 skips the check",
                 why=why,
             )
