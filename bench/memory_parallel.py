@@ -62,6 +62,7 @@ ROW_FILES = {
     "s13": "matrix_rows_s13",
     "s14": "matrix_rows_s14",
     "s15": "matrix_rows_s15",
+    "s16": "matrix_rows_s16",
 }
 
 
