@@ -72,16 +72,16 @@ def config_file(repo_id: str, revision: str | None = None, *, for_train: bool = 
     at = f"{repo_id}@{revision}" if revision else repo_id
     get = _get_hint(repo_id, revision, for_train)
     endpoint = os.environ.get("HF_ENDPOINT") or None  # read now, as offline() is
-    if not offline() and not _cached(repo_id, revision):
-        reason = unreachable(endpoint or "https://huggingface.co")
-        if reason is not None:
-            why = f"the Hub cannot be reached ({reason})"
-            raise HubUnreachable(
-                f"--model {at}: not in the local Hugging Face cache and {why}",
-                get + "; without a network, HF_HUB_OFFLINE=1 skips the check",
-                why=why,
-            )
-    try:
+    try:  # the cache lookup validates the id too (HFValidationError, below)
+        if not offline() and not _cached(repo_id, revision):
+            reason = unreachable(endpoint or "https://huggingface.co")
+            if reason is not None:
+                why = f"the Hub cannot be reached ({reason})"
+                raise HubUnreachable(
+                    f"--model {at}: not in the local Hugging Face cache and {why}",
+                    get + "; without a network, HF_HUB_OFFLINE=1 skips the check",
+                    why=why,
+                )
         path = hf_hub_download(
             repo_id,
             "config.json",

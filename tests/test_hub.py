@@ -297,3 +297,6 @@ def test_no_network_is_said_at_once(hf_cache: Path, monkeypatch: pytest.MonkeyPa
     assert resolve_model("org/mystery").params == 1_235_814_400
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
     assert hub.unreachable("https://mirror.example:8443") is None
+    # An id the Hub would refuse is still one line (the cache lookup validates it first).
+    with pytest.raises(EstimateError, match="not a valid Hub id"):
+        resolve_model("org/na--me")
