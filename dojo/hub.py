@@ -73,7 +73,7 @@ def config_file(repo_id: str, revision: str | None = None, *, for_train: bool = 
     get = _get_hint(repo_id, revision, for_train)
     endpoint = os.environ.get("HF_ENDPOINT") or None  # read now, as offline() is
     try:  # the cache lookup validates the id too (HFValidationError, below)
-        if not offline() and not _cached(repo_id, revision):
+        if not offline() and not _cached(repo_id, "config.json", revision):
             reason = unreachable(endpoint or "https://huggingface.co")
             if reason is not None:
                 why = f"the Hub cannot be reached ({reason})"
@@ -167,20 +167,16 @@ def unreachable(endpoint: str) -> str | None:
         return f"{host}:{port}: {e.strerror or e}"
 
 
-def _cached(repo_id: str, revision: str | None) -> bool:
+def _cached(repo_id: str, filename: str, revision: str | None) -> bool:
+    """Whether the local cache holds ``filename`` of ``repo_id`` at ``revision``."""
     from huggingface_hub import try_to_load_from_cache
 
-    return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    return isinstance(try_to_load_from_cache(repo_id, filename, revision=revision), str)
 
 
 def weights_cached(repo_id: str, revision: str | None = None) -> bool:
     """Whether the cache holds the model's weights (so a run can start offline)."""
-    from huggingface_hub import try_to_load_from_cache
-
-    return any(
-        isinstance(try_to_load_from_cache(repo_id, name, revision=revision), str)
-        for name in WEIGHT_FILES
-    )
+    return any(_cached(repo_id, name, revision) for name in WEIGHT_FILES)
 
 
 def builtin_for(repo_id: str) -> str | None:
