@@ -199,6 +199,7 @@ def main() -> None:
         "peak_gpu_gib": max(clock.peak_total[1], torch.cuda.max_memory_reserved()) / gib,
         "host_rss_peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "train_seconds_after_step1": secs,
+        "seconds_per_step_after_step1": secs / max(clock.n - 1, 1),
         "steps": trainer.state.global_step,
         "ds_config": ds,
     }

@@ -179,7 +179,16 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "dojo-compile-off": (["--compile", "off"], {}),
     "dojo-compile-liger-off": (["--compile", "on", "--liger", "off"], {}),
     "dojo-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
+    # Session 14: dojo with the step-edge device waits it removed (bench/hook), and the waits
+    # each system makes, counted over steps 4-5 (torch.cuda.set_sync_debug_mode).
+    "dojo-step-syncs": ([], {"DOJO_BENCH_STEP_SYNCS": "1"}),
+    "dojo-syncdebug": ([], {"DOJO_BENCH_SYNCDEBUG": "SYNCDEBUG"}),
+    "dojo-step-syncs-syncdebug": (
+        [],
+        {"DOJO_BENCH_STEP_SYNCS": "1", "DOJO_BENCH_SYNCDEBUG": "SYNCDEBUG"},
+    ),
     "baseline-profile": ([], {"DOJO_BENCH_PROFILE": "PROFILE"}),
+    "baseline-syncdebug": ([], {"DOJO_BENCH_SYNCDEBUG": "SYNCDEBUG"}),
 }
 
 
@@ -279,6 +288,9 @@ def measured(
         "peak_reserved_gib": r.get("peak_reserved_gib_after_step1"),
         "peak_gpu_gib_run": r.get("peak_gpu_gib"),
         "train_seconds": r.get("train_seconds") or r.get("train_seconds_after_step1"),
+        "step_ms": round(1000 * r["seconds_per_step_after_step1"], 1)
+        if r.get("seconds_per_step_after_step1")
+        else None,
         "tail": r["tail"],
     }
 
@@ -302,9 +314,9 @@ def run_plan(a: argparse.Namespace, work: Path) -> None:
         flags, env = VARIANTS.get(system, ([], {}))
         h = spec.hidden_size
         flags = [f.format(h2=h * h, pf=int(0.9 * h * h)) for f in flags]
-        if "DOJO_BENCH_PROFILE" in env:
-            prof = Path(a.out).parent / f"profile-{name}-{system}.txt"
-            env = {**env, "DOJO_BENCH_PROFILE": str(prof)}
+        for var, stem in (("DOJO_BENCH_PROFILE", "profile"), ("DOJO_BENCH_SYNCDEBUG", "syncs")):
+            if var in env:
+                env = {**env, var: str(Path(a.out).parent / f"{stem}-{name}-{system}.txt")}
         if system.startswith("baseline"):
             r = run_baseline(model, data[case["data"]], out, case, steps, env)
         else:

@@ -12,7 +12,12 @@ PYTHONPATH and set
   (and FILE.cpu for the host side), plus each profiled step's wall time;
 - DOJO_BENCH_MEMSNAP=DIR: the CUDA allocator's memory history over steps 1-4 (or to the end of
   a shorter run: the memory matrix runs 3); DIR/<pid>.txt gets bench/memsnap.py's summary
-  (each growth of the reserve, who asked for it, the holes left).
+  (each growth of the reserve, who asked for it, the holes left);
+- DOJO_BENCH_STEP_SYNCS=1: a dojo run with the device waits at each step's edge that dojo
+  removed in session 14 (dojo.train.worker.trainer): the HF Trainer's own token count and
+  gradient-norm read, DeepSpeed's synchronized throughput timer, blocking batch copies;
+- DOJO_BENCH_SYNCDEBUG=FILE: every synchronizing CUDA call over steps 4-5
+  (torch.cuda.set_sync_debug_mode), counted per step and by call site, to FILE.
 
 Both wrap functions after their module is first imported (a meta-path finder), so nothing is
 imported early and runs without the variables are untouched.
@@ -29,6 +34,8 @@ _PROFILE = os.environ.get("DOJO_BENCH_PROFILE")
 _LIGER = os.environ.get("DOJO_BENCH_LIGER")
 _ARGS = os.environ.get("DOJO_BENCH_ARGS")
 _MEMSNAP = os.environ.get("DOJO_BENCH_MEMSNAP")
+_STEP_SYNCS = os.environ.get("DOJO_BENCH_STEP_SYNCS")
+_SYNCDEBUG = os.environ.get("DOJO_BENCH_SYNCDEBUG")
 
 
 def _patch_training_args(mod):  # type: ignore[no-untyped-def]
@@ -44,6 +51,10 @@ def _patch_training_args(mod):  # type: ignore[no-untyped-def]
         if self.use_liger_kernel and _LIGER:
             self.liger_kernel_config = kernels
             print(f"[bench hook] liger_kernel_config = {kernels}", flush=True)
+        if _STEP_SYNCS and self.deepspeed:  # dojo's settings before session 14
+            self.include_num_input_tokens_seen = "non_padding"
+            self.accelerator_config.non_blocking = False
+            print("[bench hook] HF token count, blocking batch copies", flush=True)
 
     mod.TrainingArguments.__post_init__ = post_init
 
@@ -56,8 +67,12 @@ def _patch_deepspeed(mod):  # type: ignore[no-untyped-def]
         for key in ("config", "config_params"):
             cfg = kw.get(key)
             if isinstance(cfg, dict) and "zero_optimization" in cfg:
-                cfg["zero_optimization"].update(extra)
-                print(f"[bench hook] zero_optimization += {extra}", flush=True)
+                if extra:
+                    cfg["zero_optimization"].update(extra)
+                    print(f"[bench hook] zero_optimization += {extra}", flush=True)
+                if _STEP_SYNCS:
+                    cfg["timers"] = {"throughput": {"enabled": True, "synchronized": True}}
+                    print("[bench hook] DeepSpeed's synchronized throughput timer", flush=True)
         return orig(*args, **kw)
 
     mod.initialize = initialize
@@ -117,6 +132,58 @@ def _patch_trainer(mod):  # type: ignore[no-untyped-def]
     _add_callback(mod, Prof)
 
 
+def _patch_dojo_trainer(mod):  # type: ignore[no-untyped-def]
+    from transformers import Trainer
+
+    def sum_tokens(self):  # type: ignore[no-untyped-def]
+        self._tokens_unsummed = 0  # the HF Trainer counts (include_num_input_tokens_seen above)
+
+    mod.DojoTrainer._get_grad_norm = Trainer._get_grad_norm
+    mod.DojoTrainer.sum_tokens = sum_tokens
+    print("[bench hook] the HF Trainer's gradient-norm read", flush=True)
+
+
+def _patch_trainer_syncdebug(mod):  # type: ignore[no-untyped-def]
+    import collections
+    import traceback
+    import warnings
+
+    import torch
+    from transformers import TrainerCallback
+
+    class SyncDebug(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.n = 0
+            self.sites: collections.Counter[str] = collections.Counter()
+            self.count = 0
+            self.show = warnings.showwarning
+
+        def _record(self, message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+            if "synchronizing" not in str(message):
+                return self.show(message, category, filename, lineno, file, line)
+            self.count += 1
+            stack = [f for f in traceback.extract_stack()[:-2] if "/warnings.py" not in f.filename]
+            # The three innermost frames outside this hook: who asked for the wait.
+            self.sites[" < ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno} {f.name}"
+                                  for f in reversed(stack[-3:]))] += 1  # fmt: skip
+
+        def on_step_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            self.n += 1
+            if self.n == 4:
+                warnings.simplefilter("always")
+                warnings.showwarning = self._record
+                torch.cuda.set_sync_debug_mode("warn")
+            elif self.n == 6:
+                torch.cuda.set_sync_debug_mode("default")
+                warnings.showwarning = self.show
+                with open(_SYNCDEBUG, "w") as f:
+                    f.write(f"synchronizing CUDA calls per step (steps 4-5): {self.count / 2}\n")
+                    for site, k in self.sites.most_common(30):
+                        f.write(f"{k / 2:6.1f}  {site}\n")
+
+    _add_callback(mod, SyncDebug)
+
+
 def _add_callback(mod, cls):  # type: ignore[no-untyped-def]
     orig = mod.Trainer.__init__
 
@@ -174,16 +241,20 @@ def _patch_trainer_all(mod):  # type: ignore[no-untyped-def]
         _patch_trainer(mod)
     if _MEMSNAP:
         _patch_trainer_memsnap(mod)
+    if _SYNCDEBUG:
+        _patch_trainer_syncdebug(mod)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     hooks = {}
-    if _DS:
+    if _DS or _STEP_SYNCS:
         hooks["deepspeed"] = _patch_deepspeed
-    if _PROFILE or _MEMSNAP:
+    if _PROFILE or _MEMSNAP or _SYNCDEBUG:
         hooks["transformers.trainer"] = _patch_trainer_all
-    if _LIGER or _ARGS:
+    if _LIGER or _ARGS or _STEP_SYNCS:
         hooks["transformers.training_args"] = _patch_training_args
+    if _STEP_SYNCS:
+        hooks["dojo.train.worker.trainer"] = _patch_dojo_trainer
 
     def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
         if name not in self.hooks:
@@ -202,5 +273,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if _DS or _PROFILE or _LIGER or _ARGS or _MEMSNAP:
+if _DS or _PROFILE or _LIGER or _ARGS or _MEMSNAP or _STEP_SYNCS or _SYNCDEBUG:
     sys.meta_path.insert(0, _Finder())

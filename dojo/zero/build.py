@@ -172,6 +172,10 @@ def build_ds_config(cfg: ZeroConfig) -> dict[str, Any]:
         "gradient_clipping": "auto",
     }
     ds.update(_precision(cfg.precision, cfg.overflow_check))
+    # DeepSpeed's throughput timer waits for the device at every forward and every step (its
+    # default "synchronized": true), which empties the GPU's queue at each step's edge; unsynced
+    # it times the host side only, and nothing dojo or the Trainer reports reads it.
+    ds["timers"] = {"throughput": {"enabled": True, "synchronized": False}}
     if cfg.optimizer == "ds":
         # trainer_config_process fills lr, betas, eps, weight_decay from TrainingArguments.
         # DeepSpeed swaps in DeepSpeedCPUAdam itself when the optimizer is offloaded.

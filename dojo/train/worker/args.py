@@ -75,7 +75,9 @@ def build_training_args(job: Any) -> TrainingArguments:
         report_to=list(run.report_to) or "none",
         disable_tqdm=True,  # dojo's own progress (rich bar / plain lines) on rank 0
         deepspeed=job.ds_config,
-        include_num_input_tokens_seen="non_padding",
+        # Counted on the host by DojoTrainer (dojo.train.worker.trainer): HF's own count reads
+        # the device every step.
+        include_num_input_tokens_seen="no",
         # transformers' default (True) logs a window of NaN/inf losses as 0.0000: a diverged run
         # looked like a converged one (H200, session 6). Logged as is, StopOnNonFinite ends it.
         logging_nan_inf_filter=False,
@@ -89,6 +91,9 @@ def build_training_args(job: Any) -> TrainingArguments:
         # process, which drives the kernels. CPU runs keep it in-process (no fork, 2-core CI).
         dataloader_num_workers=2 if run.device == "cuda" else 0,
         dataloader_pin_memory=run.device == "cuda",
+        # The batch's copy to the GPU from pinned memory without waiting for it: a blocking copy
+        # waits for the whole queue, the previous step's optimizer included.
+        accelerator_config={"non_blocking": run.device == "cuda"},
     )
 
 

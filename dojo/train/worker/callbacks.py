@@ -262,9 +262,10 @@ class Measures(TrainerCallback):
             "tokens": self.tok_end - self.tok_begin,
         }
         if self.steps_run > 1 and self.t_end > self.t_step1:
-            out["tokens_per_s_after_step1"] = (self.tok_end - self.tok_step1) / (
-                self.t_end - self.t_step1
-            )
+            secs = self.t_end - self.t_step1
+            out["tokens_per_s_after_step1"] = (self.tok_end - self.tok_step1) / secs
+            # Step time: a speed that does not depend on how tokens are counted.
+            out["seconds_per_step_after_step1"] = secs / (self.steps_run - 1)
         keys = (
             "peak_reserved_gib",
             "peak_allocated_gib",

@@ -39,6 +39,7 @@ from dojo.train.worker.callbacks import (
     is_rank0,
     print0,
 )
+from dojo.train.worker.trainer import DojoTrainer
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 INIT_DIR = "init-weights"
@@ -400,7 +401,7 @@ def train(job: Job) -> int:
         "zero_stage": run.zero,
         "method": run.method,
     }
-    trainer = Trainer(
+    trainer = DojoTrainer(
         model=model,
         args=training_args,
         train_dataset=dataset,

@@ -6,6 +6,8 @@ API (imported by the worker, after ``dojo.train.worker.examples.build_examples``
                                                    position_ids restarting at 0 for each sample
     PackedCollator(pad_id, flatten=True)(rows)     batch without attention_mask (see below)
     PadCollator(pad_id, pad_to_multiple_of=1)(ex)  pad to the longest in the batch
+    TOKENS                                         both collators' key for the batch's real
+                                                   tokens (an int, counted on the host)
     sample_offsets(position_ids) -> (cu, longest)  each sample's start in a flat row, the longest
     packing_supported(model) -> (bool, reason)     can this model's attention keep samples apart?
 
@@ -40,6 +42,10 @@ PACKING_ATTENTION = (
     "sdpa_varlen",
 )
 """Attention implementations that honour per-sample position_ids (see module docstring)."""
+TOKENS = "dojo_real_tokens"
+"""Batch key of its real (non-padding) token count, a Python int made by the collator: the
+worker's Trainer (dojo.train.worker.trainer) pops it before the model sees the batch and counts
+tokens without a device sync."""
 
 
 def pack(examples: list[dict[str, Any]], seq_len: int) -> list[dict[str, list[int]]]:
@@ -108,6 +114,7 @@ class PackedCollator:
         if self.flatten or self.varlen:
             flat = {k: sum((list(r[k]) for r in rows), []) for k in keys}
             out: dict[str, Any] = {k: torch.tensor([v]) for k, v in flat.items()}
+            out[TOKENS] = len(flat["input_ids"])  # a flat row has no padding
             if self.varlen:
                 cu, longest = sample_offsets(flat["position_ids"])
                 cu_t = torch.tensor(cu, dtype=torch.int32)
@@ -121,7 +128,8 @@ class PackedCollator:
             padded["input_ids"].append(list(r["input_ids"]) + [self.pad_id] * gap)
             padded["labels"].append(list(r["labels"]) + [IGNORE] * gap)
             padded["position_ids"].append(list(r["position_ids"]) + list(range(gap)))
-        return {k: torch.tensor(v) for k, v in padded.items()}
+        real = sum(len(r["input_ids"]) for r in rows)
+        return {**{k: torch.tensor(v) for k, v in padded.items()}, TOKENS: real}
 
 
 def sample_offsets(position_ids: list[int]) -> tuple[list[int], int]:
@@ -156,6 +164,7 @@ class PadCollator:
             "input_ids": torch.tensor(ids),
             "labels": torch.tensor(labels),
             "attention_mask": torch.tensor(mask),
+            TOKENS: sum(len(e["input_ids"]) for e in examples),
         }
 
 
