@@ -15,7 +15,8 @@ PYTHONPATH and set
   (each growth of the reserve, who asked for it, the holes left);
 - DOJO_BENCH_STEP_SYNCS=1: a dojo run with the device waits at each step's edge that dojo
   removed in session 14 (dojo.train.worker.trainer): the HF Trainer's own token count and
-  gradient-norm read, DeepSpeed's synchronized throughput timer, blocking batch copies;
+  gradient-norm reads, DeepSpeed's synchronized throughput timer, blocking batch copies, the
+  packed-sample search before sdpa_varlen;
 - DOJO_BENCH_SYNCDEBUG=FILE: every synchronizing CUDA call over steps 4-5
   (torch.cuda.set_sync_debug_mode), counted per step and by call site, to FILE.
 
@@ -139,8 +140,22 @@ def _patch_dojo_trainer(mod):  # type: ignore[no-untyped-def]
         self._tokens_unsummed = 0  # the HF Trainer counts (include_num_input_tokens_seen above)
 
     mod.DojoTrainer._get_grad_norm = Trainer._get_grad_norm
+    mod.DojoTrainer._clip_grad_norm = Trainer._clip_grad_norm
     mod.DojoTrainer.sum_tokens = sum_tokens
     print("[bench hook] the HF Trainer's gradient-norm read", flush=True)
+
+
+def _patch_varlen(mod):  # type: ignore[no-untyped-def]
+    orig = mod.register
+
+    def register():  # type: ignore[no-untyped-def]
+        from transformers.masking_utils import AttentionMaskInterface
+
+        orig()
+        AttentionMaskInterface.register(mod.NAME, lambda *a, **k: None)  # the mask search again
+        print("[bench hook] sdpa_varlen with a mask function", flush=True)
+
+    mod.register = register
 
 
 def _patch_trainer_syncdebug(mod):  # type: ignore[no-untyped-def]
@@ -255,6 +270,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         hooks["transformers.training_args"] = _patch_training_args
     if _STEP_SYNCS:
         hooks["dojo.train.worker.trainer"] = _patch_dojo_trainer
+        hooks["dojo.train.worker.varlen"] = _patch_varlen
 
     def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
         if name not in self.hooks:

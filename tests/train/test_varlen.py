@@ -67,6 +67,23 @@ def test_varlen_matches_masked_sdpa_logits_and_grads(offsets_given: bool) -> Non
         torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_varlen_forward_builds_no_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No mask function is registered: transformers returns no mask before it would search
+    position_ids for packed samples (a device read at every forward start on a GPU)."""
+    import torch
+    from transformers import masking_utils
+
+    def searched(*a: Any, **k: Any) -> None:
+        raise AssertionError("find_packed_sequence_indices ran")
+
+    monkeypatch.setattr(masking_utils, "find_packed_sequence_indices", searched)
+    batch = PackedCollator(pad_id=0, varlen=True)(pack(random_examples((7, 12, 5)), 16))
+    with torch.no_grad():
+        _tiny("sdpa_varlen")(**batch)
+    with pytest.raises(AssertionError, match="ran"), torch.no_grad():  # control: sdpa searches
+        _tiny("sdpa")(**{k: batch[k] for k in ("input_ids", "position_ids")})
+
+
 def test_varlen_equal_samples_take_one_dense_causal_call() -> None:
     """Samples of one length (fixed-length data) go through one batched causal SDPA: the same
     output and gradients as one call per sample, GQA included; unequal ones do not."""

@@ -1,13 +1,16 @@
 """The worker's Trainer: the HF Trainer without the device waits it makes at every step.
 
-On a DeepSpeed run the HF Trainer (transformers 5) waits for the GPU twice per optimizer step:
+On a DeepSpeed run the HF Trainer (transformers 5) waits for the GPU at every optimizer step:
 its token count (``include_num_input_tokens_seen``: a sum on the device, gathered, ``.item()``)
-and its gradient norm (``_get_grad_norm``: ``.item()`` under DeepSpeed). Each wait empties the
-GPU's queue, and the GPU then idles while the host runs the step's Python (callbacks, the next
-batch, the first launches of the forward). Without the waits the host queues the next step's
+and its gradient norm (``_get_grad_norm``'s ``.item()``, and accelerate's under
+``_clip_grad_norm``). Each wait empties the GPU's queue, and the GPU then idles while the host
+runs the step's Python (callbacks, the next batch, the first launches of the forward). Without the waits the host queues the next step's
 forward while the GPU still runs this step's backward and optimizer. The other waits at a step's
-edge are settings: DeepSpeed's throughput timer (``timers`` in dojo.zero.build) and the batch's
-copy to the GPU (``accelerator_config.non_blocking`` in dojo.train.worker.args).
+edge are settings: DeepSpeed's throughput timer (``timers`` in dojo.zero.build), the batch's
+copy to the GPU (``accelerator_config.non_blocking`` in dojo.train.worker.args) and, under
+``--attn sdpa_varlen``, transformers' search for packed samples (dojo.train.worker.varlen). The
+waits inside DeepSpeed's step (its gradient-norm checks) and Liger's loss remain: H200 counts per
+step in docs/benchmarks.md, session 14.
 
 - Tokens: dojo's collators count each batch's real tokens on the host (``packing.TOKENS``); the
   ranks' counts are summed at the steps where something reads them (a log, a save, an eval,
@@ -44,10 +47,24 @@ class DojoTrainer(Trainer):
         inputs.pop(TOKENS, None)
         return super().prediction_step(model, inputs, *args, **kw)
 
+    def _engine(self) -> Any:
+        wrapped = getattr(self.accelerator, "deepspeed_engine_wrapped", None)
+        return wrapped.engine if self.is_deepspeed_enabled and wrapped is not None else None
+
+    def _clip_grad_norm(self, model: Any) -> Any:
+        # DeepSpeed clipped inside its step; accelerate's clip_grad_norm_ would read its norm to
+        # the host (DeepSpeedEngineWrapper.get_global_grad_norm: .item()).
+        engine = self._engine()
+        if engine is None:
+            return super()._clip_grad_norm(model)  # type: ignore[no-untyped-call]
+        return engine.get_global_grad_norm()
+
     def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
-        if grad_norm is None or not self.is_deepspeed_enabled:
+        engine = self._engine()
+        if engine is None:
             return super()._get_grad_norm(model, grad_norm)  # type: ignore[no-untyped-call]
-        return grad_norm  # DeepSpeed's norm as it is: a device tensor is read at logging steps
+        # DeepSpeed's norm as it is: a device tensor is read at logging steps only.
+        return grad_norm if grad_norm is not None else engine.get_global_grad_norm()
 
     def sum_tokens(self) -> None:
         """Add every rank's tokens since the last call to ``state.num_input_tokens_seen``. A

@@ -9,8 +9,11 @@ them. PyTorch ships that kernel (the one SDPA's flash backend and nested-tensor 
 package.
 
 How it is wired (transformers 5):
-- ``register()`` adds the attention function and a mask function (no mask is ever built) under
-  the name ``sdpa_varlen``; the worker calls it before loading the model.
+- ``register()`` adds the attention function under the name ``sdpa_varlen``; the worker calls it
+  before loading the model. No mask function is registered: for an attention without one,
+  ``masking_utils._preprocess_mask_arguments`` returns no mask at once, before it would look for
+  packed samples in ``position_ids`` (``find_packed_sequence_indices``, a device read at the
+  start of every forward, which made the host wait for the previous optimizer step).
 - ``packing.PackedCollator(varlen=True)`` flattens the micro-batch into one row and adds
   ``cu_seq_lens_q/k`` and ``max_length_q/k``, as transformers' DataCollatorWithFlattening does for
   FlashAttention-2: the Trainer passes them to the model, which hands them to every attention call.
@@ -119,14 +122,7 @@ def attention(
     return out.reshape(b, s, h, d), None
 
 
-def no_mask(*args: Any, **kwargs: Any) -> None:
-    """The mask function registered with the attention: samples are kept apart by offsets."""
-    return None
-
-
 def register() -> None:
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(NAME, attention)
-    AttentionMaskInterface.register(NAME, no_mask)

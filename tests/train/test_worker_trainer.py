@@ -1,4 +1,5 @@
-"""DojoTrainer (dojo.train.worker.trainer): tokens counted on the host, summed where read.
+"""DojoTrainer (dojo.train.worker.trainer): tokens counted on the host, summed where read; the
+DeepSpeed gradient norm left on the device.
 
 One process on the CPU, a tiny Llama, no DeepSpeed: the count against HF's own "non_padding"
 count on the same batches, the steps where it is summed, and the collators' counts. (That the
@@ -110,3 +111,21 @@ def test_a_batch_without_the_count_is_counted_like_hf() -> None:
     assert _pop_tokens({"input_ids": torch.zeros(2, 3)}) == 6
     batch = {"input_ids": torch.zeros(2, 3), TOKENS: 5}
     assert _pop_tokens(batch) == 5 and TOKENS not in batch
+
+
+def test_deepspeed_grad_norm_stays_on_the_device(tmp_path: Path) -> None:
+    """Under DeepSpeed the norm is the engine's tensor itself, not accelerate's .item() of it
+    (the log reads it at logging steps); without DeepSpeed the Trainer's own path."""
+    from types import SimpleNamespace
+
+    import torch
+
+    trainer, _ = train(tmp_path, PadCollator(pad_id=0), dojo=True, steps=1)
+    assert trainer._engine() is None  # no DeepSpeed: HF's own clip and read
+    norm = torch.tensor(3.5)
+    engine = SimpleNamespace(get_global_grad_norm=lambda: norm)
+    trainer.accelerator.deepspeed_engine_wrapped = SimpleNamespace(engine=engine)
+    trainer.is_deepspeed_enabled = True
+    assert trainer._clip_grad_norm(trainer.model) is norm
+    assert trainer._get_grad_norm(trainer.model, norm) is norm
+    assert trainer._get_grad_norm(trainer.model) is norm  # --max-grad-norm 0: no clip call
