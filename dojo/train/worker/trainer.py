@@ -51,18 +51,20 @@ class DojoTrainer(Trainer):
         wrapped = getattr(self.accelerator, "deepspeed_engine_wrapped", None)
         return wrapped.engine if self.is_deepspeed_enabled and wrapped is not None else None
 
-    def _clip_grad_norm(self, model: Any) -> Any:
+    # The two below override private Trainer methods (transformers 5.17-5.24); extra arguments a
+    # later version may add go through to the Trainer's own.
+    def _clip_grad_norm(self, model: Any, *args: Any, **kw: Any) -> Any:
         # DeepSpeed clipped inside its step; accelerate's clip_grad_norm_ would read its norm to
         # the host (DeepSpeedEngineWrapper.get_global_grad_norm: .item()).
         engine = self._engine()
-        if engine is None:
-            return super()._clip_grad_norm(model)  # type: ignore[no-untyped-call]
+        if engine is None or args or kw:
+            return super()._clip_grad_norm(model, *args, **kw)  # type: ignore[no-untyped-call]
         return engine.get_global_grad_norm()
 
-    def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
+    def _get_grad_norm(self, model: Any, grad_norm: Any = None, *args: Any, **kw: Any) -> Any:
         engine = self._engine()
-        if engine is None:
-            return super()._get_grad_norm(model, grad_norm)  # type: ignore[no-untyped-call]
+        if engine is None or args or kw:
+            return super()._get_grad_norm(model, grad_norm, *args, **kw)  # type: ignore[no-untyped-call]
         # DeepSpeed's norm as it is: a device tensor is read at logging steps only.
         return grad_norm if grad_norm is not None else engine.get_global_grad_norm()
 
