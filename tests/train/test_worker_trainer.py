@@ -129,3 +129,45 @@ def test_deepspeed_grad_norm_stays_on_the_device(tmp_path: Path) -> None:
     assert trainer._clip_grad_norm(trainer.model) is norm
     assert trainer._get_grad_norm(trainer.model, norm) is norm
     assert trainer._get_grad_norm(trainer.model) is norm  # --max-grad-norm 0: no clip call
+
+
+def _sum_on_rank(rank: int, port: int, out: Any) -> None:
+    import os
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from dojo.train.worker.trainer import DojoTrainer
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    me = SimpleNamespace(
+        _tokens_unsummed=10 + rank, state=SimpleNamespace(num_input_tokens_seen=100),
+        args=SimpleNamespace(device="cpu"),
+    )  # fmt: skip
+    DojoTrainer.sum_tokens(me)
+    first = me.state.num_input_tokens_seen
+    me._tokens_unsummed = 5 * rank
+    DojoTrainer.sum_tokens(me)
+    out.put((rank, first, me.state.num_input_tokens_seen, me._tokens_unsummed))
+    dist.destroy_process_group()
+
+
+def test_ranks_counts_are_summed_on_every_rank() -> None:
+    """Two gloo ranks: each adds the sum of both ranks' tokens since the last sum."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_sum_on_rank, args=(r, port, out)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    got = sorted(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    assert got == [(0, 121, 126, 0), (1, 121, 126, 0)]
