@@ -1,22 +1,23 @@
 """The worker's Trainer: the HF Trainer without the device waits it makes at every step.
 
 On a DeepSpeed run the HF Trainer (transformers 5) waits for the GPU at every optimizer step:
-its token count (``include_num_input_tokens_seen``: a sum on the device, gathered, ``.item()``)
-and its gradient norm (``_get_grad_norm``'s ``.item()``, and accelerate's under
+its token count (``include_num_input_tokens_seen``: a sum on the device, gathered across ranks,
+``.item()``) and its gradient norm (``_get_grad_norm``'s ``.item()``, and accelerate's under
 ``_clip_grad_norm``). Each wait empties the GPU's queue, and the GPU then idles while the host
-runs the step's Python (callbacks, the next batch, the first launches of the forward). Without the waits the host queues the next step's
-forward while the GPU still runs this step's backward and optimizer. The other waits at a step's
-edge are settings: DeepSpeed's throughput timer (``timers`` in dojo.zero.build), the batch's
-copy to the GPU (``accelerator_config.non_blocking`` in dojo.train.worker.args) and, under
-``--attn sdpa_varlen``, transformers' search for packed samples (dojo.train.worker.varlen). The
-waits inside DeepSpeed's step (its gradient-norm checks) and Liger's loss remain: H200 counts per
-step in docs/benchmarks.md, session 14.
+runs the step's Python (callbacks, the next batch, the forward's first launches). The other waits
+at a step's edge are settings: DeepSpeed's throughput timer (``timers`` in dojo.zero.build), the
+batch's copy to the GPU (``accelerator_config.non_blocking`` in dojo.train.worker.args) and, under
+``--attn sdpa_varlen``, transformers' search for packed samples (dojo.train.worker.varlen).
+Measured on the H200 (docs/benchmarks.md, session 14): 1B full ZeRO-2 went from 17.5 counted
+waits a step to 11.5 (before accelerate's read and the packed-sample search went too) and ran
+level (+1%): the waits inside DeepSpeed's step (its gradient-norm checks) and Liger's loss remain.
+Kept for several GPUs, where the token count is a collective at every step, and for the count.
 
 - Tokens: dojo's collators count each batch's real tokens on the host (``packing.TOKENS``); the
   ranks' counts are summed at the steps where something reads them (a log, a save, an eval,
-  step 1, the end), not every step. The count is exact: the real tokens, where HF's
-  "non_padding" count of a packed row without a mask skipped every token equal to the pad id
-  (the eos, where the tokenizer has no pad token).
+  this launch's first step, the end), not every step. The count is exact: the real tokens, where
+  HF's "non_padding" count of a packed row without a mask skipped every token equal to the pad
+  id (the eos, where the tokenizer has no pad token).
 - The gradient norm stays a device tensor; the Trainer's log converts it at logging steps.
 """
 
