@@ -4,7 +4,7 @@
 #
 #   bash bench/gpu.sh memory [ROW ...]      held-out memory matrix (bench/matrix_rows.py), all rows or some
 #   bash bench/gpu.sh speed PLAN...         dojo vs the plain script, e.g. T1:baseline T1:dojo (bench/throughput.py);
-#                                           REPEATS=R STEPS=N LIMIT_S=S in the environment
+#                                           REPEATS=R STEPS=N LIMIT_S=S WARMUP=W in the environment
 #   bash bench/gpu.sh tests [PATH ...]      the GPU tests (pytest -m gpu), all or those under PATH
 #
 # Earlier sessions ran the same plans from per-call scripts (gpu_call1/2.sh, gpu_s2_*.sh,
@@ -25,7 +25,7 @@ case "$plan" in
   speed)
     # REPEATS=R runs the whole plan R times, alternating (bench/speed_table.py --median)
     timeout "${LIMIT_S:-520}" python3 bench/throughput.py --out "$OUT/tp.json" --steps "${STEPS:-12}" \
-      --repeats "${REPEATS:-1}" --plan "$@" ;;
+      --repeats "${REPEATS:-1}" --warmup "${WARMUP:-0}" --plan "$@" ;;
   tests)
     timeout "${LIMIT_S:-520}" python3 -m pytest -q -rA --runslow -m gpu "${@:-tests/}" ;;
   *)

@@ -300,35 +300,53 @@ def run_plan(a: argparse.Namespace, work: Path) -> None:
     results: list[dict[str, Any]] = []
     models: dict[str, Path] = {}
     data = make_datasets(work, 2048)
+    # --warmup N: each distinct item once for N steps first, not recorded. A fresh machine's
+    # first run of a stack builds and caches what later runs reuse (session 14: dojo's first T1
+    # run of a call ran 43.5-47.1k tokens/s, its later ones 48.6-49.9k; the plain script's first
+    # T6 run 14-17k against 22k, sessions 10-14), so without it the first run of each system pays
+    # the machine's cold caches.
+    for n, item in enumerate(dict.fromkeys(a.plan) if a.warmup else []):
+        row = run_item(a, item, f"warm{n}", a.warmup, models, data, work)
+        print(json.dumps({"warmup": item, "rc": row["rc"]}), flush=True)
     # --repeats R runs the whole plan R times, so every system alternates with the others
     # (bench/speed_table.py --median gives each one's median and the ratio of medians).
     for n, item in enumerate(a.plan * a.repeats):
-        name, system = item.split(":")
-        case = CASES[name]
-        if case["shape"] not in models:
-            models[case["shape"]] = prepare_model(case["shape"], work)
-        model = models[case["shape"]]
-        spec = resolve_model(str(model / "config.json"))
-        steps = a.steps if case["shape"] == "1b" else a.steps_7b
-        out = work / f"tp3-{n}-{name}-{system}"
-        flags, env = VARIANTS.get(system, ([], {}))
-        h = spec.hidden_size
-        flags = [f.format(h2=h * h, pf=int(0.9 * h * h)) for f in flags]
-        for var, stem in (("DOJO_BENCH_PROFILE", "profile"), ("DOJO_BENCH_SYNCDEBUG", "syncs")):
-            if var in env:
-                env = {**env, var: str(Path(a.out).parent / f"{stem}-{name}-{system}.txt")}
-        if system.startswith("baseline"):
-            r = run_baseline(model, data[case["data"]], out, case, steps, env)
-        else:
-            r = run_dojo(model, data[case["data"]], out, case, steps, flags, env)
-        row = {"case": name, **case, "item": n, "rep": n // len(a.plan),
-               **measured(r, spec, case, system, " ".join(flags))}  # fmt: skip
-        row["env"] = env
+        name = item.split(":")[0]
+        steps = a.steps if CASES[name]["shape"] == "1b" else a.steps_7b
+        row = run_item(a, item, str(n), steps, models, data, work)
+        row = {**row, "item": n, "rep": n // len(a.plan)}
         results.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "tail"}), flush=True)
         if row["rc"]:
             print(row["tail"], flush=True)
         Path(a.out).write_text(json.dumps(results, indent=1))
+
+
+def run_item(
+    a: argparse.Namespace, item: str, tag: str, steps: int, models: dict[str, Path],
+    data: dict[str, Path], work: Path,
+) -> dict[str, Any]:  # fmt: skip
+    """One CASE:SYSTEM run of `steps` steps: its result row."""
+    name, system = item.split(":")
+    case = CASES[name]
+    if case["shape"] not in models:
+        models[case["shape"]] = prepare_model(case["shape"], work)
+    model = models[case["shape"]]
+    spec = resolve_model(str(model / "config.json"))
+    out = work / f"tp3-{tag}-{name}-{system}"
+    flags, env = VARIANTS.get(system, ([], {}))
+    h = spec.hidden_size
+    flags = [f.format(h2=h * h, pf=int(0.9 * h * h)) for f in flags]
+    for var, stem in (("DOJO_BENCH_PROFILE", "profile"), ("DOJO_BENCH_SYNCDEBUG", "syncs")):
+        if var in env:
+            env = {**env, var: str(Path(a.out).parent / f"{stem}-{name}-{system}.txt")}
+    if system.startswith("baseline"):
+        r = run_baseline(model, data[case["data"]], out, case, steps, env)
+    else:
+        r = run_dojo(model, data[case["data"]], out, case, steps, flags, env)
+    row = {"case": name, **case, **measured(r, spec, case, system, " ".join(flags))}
+    row["env"] = env
+    return row
 
 
 def main() -> None:
@@ -339,6 +357,7 @@ def main() -> None:
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=0, help="steps of an unrecorded first run each")
     ap.add_argument("--datasets", nargs="*", help="fixed and/or mix (default both)")
     ap.add_argument(
         "--variant",

@@ -57,6 +57,47 @@ def test_speed_variants_pass_only_real_train_flags(bench: None) -> None:
                 assert token in known, f"{variant}: {token} is not a dojo train flag"
 
 
+def test_speed_warmup_runs_each_item_once_unrecorded(
+    bench: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--warmup N: every distinct CASE:SYSTEM once for N steps before the recorded rounds, which
+    alternate as before; nothing of the warm-up reaches the results."""
+    import argparse
+    import json
+    from types import SimpleNamespace
+
+    throughput = importlib.import_module("throughput")
+    calls: list[tuple[str, int]] = []
+
+    def fake(system: str):  # type: ignore[no-untyped-def]
+        def run(model, data, out, case, steps, *rest):  # type: ignore[no-untyped-def]
+            calls.append((system, steps))
+            return {"rc": 0, "tail": "", "tokens_per_s_after_step1": 1000.0 + len(calls)}
+
+        return run
+
+    monkeypatch.setattr(throughput, "run_baseline", fake("baseline"))
+    monkeypatch.setattr(throughput, "run_dojo", fake("dojo"))
+    monkeypatch.setattr(
+        throughput, "make_datasets", lambda work, n: {"fixed": tmp_path, "mix": tmp_path}
+    )
+    monkeypatch.setattr(throughput, "prepare_model", lambda shape, work: tmp_path)
+    spec = SimpleNamespace(params=1e9, hidden_size=64, num_layers=2)
+    monkeypatch.setattr(throughput, "resolve_model", lambda path: spec)
+    out = tmp_path / "tp.json"
+    a = argparse.Namespace(plan=["T1:baseline", "T1:dojo", "T1:baseline"], repeats=2, warmup=3,
+                           steps=40, steps_7b=8, out=str(out))  # fmt: skip
+    throughput.run_plan(a, tmp_path)
+    assert calls[:2] == [("baseline", 3), ("dojo", 3)]  # each distinct item once, 3 steps
+    assert calls[2:] == [("baseline", 40), ("dojo", 40), ("baseline", 40)] * 2
+    rows = json.loads(out.read_text())
+    assert [(r["system"], r["item"], r["rep"]) for r in rows] == [
+        ("baseline", 0, 0), ("dojo", 1, 0), ("baseline", 2, 0),
+        ("baseline", 3, 1), ("dojo", 4, 1), ("baseline", 5, 1),
+    ]  # fmt: skip
+    assert rows[0]["real_tokens_per_s"] == 1003  # the first recorded run, after the warm-up
+
+
 def test_a_row_attention_reaches_the_run_and_the_estimate(bench: None, tmp_path: Path) -> None:
     """Session-11 rows may set --attn: the launched command carries it, the estimate models it."""
     parallel = importlib.import_module("memory_parallel")
