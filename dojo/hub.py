@@ -74,7 +74,7 @@ def config_file(repo_id: str, revision: str | None = None, *, for_train: bool = 
     endpoint = os.environ.get("HF_ENDPOINT") or None  # read now, as offline() is
     try:  # the cache lookup validates the id too (HFValidationError, below)
         if not offline() and not _cached(repo_id, "config.json", revision):
-            reason = unreachable(endpoint or "https://huggingface.co")
+            reason = unreachable(endpoint or DEFAULT_ENDPOINT)
             if reason is not None:
                 why = f"the Hub cannot be reached ({reason})"
                 raise HubUnreachable(
@@ -140,6 +140,8 @@ def config_file(repo_id: str, revision: str | None = None, *, for_train: bool = 
 
 
 PROBE_TIMEOUT_S = 3.0
+DEFAULT_ENDPOINT = "https://huggingface.co"
+"""The Hub when HF_ENDPOINT is unset (huggingface_hub's own default)."""
 _PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dojo.errors import DataError
+from dojo.hub import DEFAULT_ENDPOINT
 
 PARQUET_MAGIC = b"PAR1"
 SAMPLE_ROWS = 64
@@ -230,7 +231,7 @@ def _probe_hub(repo_id: str) -> tuple[int | None, str]:
     import urllib.error  # here: urllib.request pulls in ssl/http
     import urllib.request
 
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    endpoint = os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
     req = urllib.request.Request(
         f"{endpoint}/api/datasets/{repo_id}", headers={"User-Agent": "dojo-train"}
     )
