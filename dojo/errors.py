@@ -10,10 +10,23 @@ class DojoError(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, hint: str | None = None, more: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.more = more
+        """Further problems found by the same check, each (message, hint): one line each."""
+
+    @classmethod
+    def of(cls, problems: list[tuple[str, str]]) -> "DojoError":
+        """One error for every problem a check found (the first is the message)."""
+        (message, hint), *rest = problems
+        return cls(message, hint, tuple(rest))
+
+    def lines(self) -> list[tuple[str, str | None]]:
+        return [(self.message, self.hint), *self.more]
 
 
 class ConfigError(DojoError):

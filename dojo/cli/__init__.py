@@ -23,7 +23,7 @@ app = typer.Typer(
     help="Fine-tune open LLMs with DeepSpeed: ZeRO configs, memory estimates, launch, chat templates.",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode=None,
+    rich_markup_mode="rich",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     except DojoError as e:
         if _debug():
             raise
-        _output.error(e.message, e.hint)
+        for message, hint in e.lines():
+            _output.error(message, hint)
         sys.exit(e.exit_code)
     except typer.TyperException as e:  # usage errors: bad flag, bad value, missing argument
         if _debug():

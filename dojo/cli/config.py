@@ -5,7 +5,7 @@ Examples:
     dojo config --zero 3 --offload cpu --optimizer ds --model 8b --output ds.json --explain
     dojo config --check ds.json
 
-Options come from the catalogue (dojo.run.catalog), resolved by dojo.run.resolve like train's.
+Options come from the run schema (dojo.run.schema), resolved by dojo.run.resolve like train's.
 """
 
 from typing import Annotated, Any
@@ -57,10 +57,10 @@ def config_cmd(
                 hint=f"run 'dojo config --check {check}' alone",
             )
         raise typer.Exit(_run_check(check))
-    values = inputs.merge("config", {}, opts)  # every flag parsed before anything is read
+    options = inputs.merge("config", {}, opts)  # every flag parsed before anything is read
     from dojo.run import machine, render, resolve
 
-    run = resolve.resolve(values, machine=machine.for_plan(), given=typed, world_known=False)
+    run = resolve.resolve(options, machine=machine.for_plan(), given=typed, world_known=False)
     from dojo.cli.options import ARGV
 
     out_flag = "-o" if "-o" in ARGV else "--output"
@@ -69,16 +69,16 @@ def config_cmd(
 
         check_writable(output, force=force, flag=out_flag)
     spec = None
-    if values["model"] is not None:
+    if options.model.model is not None:
         from dojo.modelspec import resolve_model
 
-        spec = resolve_model(values["model"], revision=values["revision"])
+        spec = resolve_model(options.model.model, revision=options.model.revision)
         run = resolve.resolve(
-            values, machine=machine.for_plan(), spec=spec, given=typed, world_known=False
+            options, machine=machine.for_plan(), spec=spec, given=typed, world_known=False
         )
-    if run.nvme_path and "nvme" not in (run.offload_optimizer, run.offload_param):
-        _output.warn(f"--nvme-path {run.nvme_path} is unused: nothing is offloaded to nvme")
-    precision = values["precision"] if "precision" in typed else "auto"
+    if run.zero.nvme_path and "nvme" not in (run.zero.offload, run.zero.offload_param):
+        _output.warn(f"--nvme-path {run.zero.nvme_path} is unused: nothing is offloaded to nvme")
+    precision = options.kernels.precision if "precision" in typed else "auto"
     ds = render.ds_config(run, spec, precision=precision)
     if explain:
         from dojo.zero import explain as zero_explain

@@ -13,7 +13,7 @@ import typer
 from dojo.cli.options import with_run_options
 
 if TYPE_CHECKING:
-    from dojo.run.resolved import ResolvedRun
+    from dojo.run.run import Run
 
 
 @with_run_options("estimate")
@@ -48,19 +48,19 @@ def estimate_cmd(
         raise EstimateError(
             f"--overlap-rule {overlap_rule!r} is not a rule", hint="use current or docs"
         )
-    zero_all = str(opts.get("zero") or "").strip().lower() == "all"
+    zero_all = str(opts.get("stage") or "").strip().lower() == "all"
     if zero_all:
-        opts = {**opts, "zero": None}
+        opts = {**opts, "stage": None}
     if opts.get("model") is None:
         raise EstimateError(
             "missing --model", hint="e.g. dojo estimate --model 7b (see --help for the aliases)"
         )
-    values = inputs.merge("estimate", {}, opts)
-    target = machine.for_plan(gpu_memory_gib=values["gpu_memory"])
-    gpus_per_node = world_per_node(values, target)
-    spec = resolve_model(values["model"], revision=values["revision"])
-    runs = plan_runs(values, spec, target, gpus_per_node, inputs.given(opts), zero_all)
-    cpu = values["cpu_memory"]
+    options = inputs.merge("estimate", {}, opts)
+    target = machine.for_plan(gpu_memory_gib=options.devices.gpu_memory)
+    gpus_per_node = world_per_node(options.devices, target)
+    spec = resolve_model(options.model.model, revision=options.model.revision)
+    runs = plan_runs(options, spec, target, gpus_per_node, inputs.given(opts), zero_all)
+    cpu = options.devices.cpu_memory
     rows = []
     for run in runs:
         setup = render.estimate_setup(run, target.gpu_memory_gib, cpu)
@@ -86,18 +86,18 @@ def estimate_cmd(
         _output.info("note: no GPU here and no --gpu-memory given, so no fits verdict")
 
 
-def world_per_node(values: dict[str, Any], target: Any) -> int:
+def world_per_node(devices: Any, target: Any) -> int:
     """GPUs per node: --num-gpus N, or how many --gpus names (ids; 'all' = the GPUs here)."""
     from dojo.errors import ConfigError
 
-    if values["gpus"] is not None and values["num_gpus"] is not None:
+    if devices.gpus is not None and devices.num_gpus is not None:
         raise ConfigError(
             "--gpus and --num-gpus both given",
             hint="--gpus 0,1 names GPUs, --num-gpus 2 counts them",
         )
-    if values["num_gpus"] is not None:
-        return int(values["num_gpus"])
-    spec = values["gpus"]
+    if devices.num_gpus is not None:
+        return int(devices.num_gpus)
+    spec = devices.gpus
     if spec is None:
         return 1
     if spec.strip() == "all":
@@ -109,26 +109,24 @@ def world_per_node(values: dict[str, Any], target: Any) -> int:
 
 
 def plan_runs(
-    values: dict[str, Any],
+    options: "RunOptions",
     spec: Any,
     target: Any,
     gpus_per_node: int,
     given: set[str],
     zero_all: bool,
-) -> list["ResolvedRun"]:
+) -> list["Run"]:
     """One resolved run per row: the stage asked, or every stage bare and with CPU offload.
     Each is the run dojo train would launch."""
     from dojo.run import resolve
 
-    def one(vals: dict[str, Any]) -> "ResolvedRun":
-        return resolve.resolve(
-            vals, machine=target, spec=spec, gpus_per_node=gpus_per_node, given=given
-        )
+    def one(o: "RunOptions") -> "Run":
+        return resolve.resolve(o, machine=target, spec=spec, gpus_per_node=gpus_per_node, given=given)
 
     if not zero_all:
-        return [one(values)]
+        return [one(options)]
     combos: list[tuple[int, str, str]] = []
-    off, off_p = values["offload"], values["offload_param"]
+    off, off_p = options.zero.offload, options.zero.offload_param
     for st in (0, 1, 2, 3):
         if "offload" not in given and "offload_param" not in given:
             combos.append((st, "none", "none"))
@@ -143,4 +141,4 @@ def plan_runs(
             continue
         else:
             combos.append((st, off if st else "none", off_p if st == 3 else "none"))
-    return [one({**values, "zero": st, "offload": o, "offload_param": p}) for st, o, p in combos]
+    return [one(options.replace(stage=st, offload=o, offload_param=p)) for st, o, p in combos]

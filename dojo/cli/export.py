@@ -64,7 +64,7 @@ def export_cmd(
     repo = outputs.check_repo_id(push_to_hub) if push_to_hub is not None else None
     from dojo.train.worker import export
 
-    chosen = dtype or out.run.precision
+    chosen = dtype or out.run.kernels.precision
     _output.info(f"dojo export: {out.describe()} -> {dest} ({chosen})")
     export.export(out, dest, dtype=chosen, force=force)
     _output.info(f"exported: {dest}")

@@ -1,9 +1,10 @@
-"""Typer options made from the catalogue, so every command spells and parses an option the same.
+"""Typer options made from the run schema, so every command spells and parses an option the same.
 
 ``with_run_options("estimate")`` wraps a command body ``fn(opts: dict, **own)``: Typer sees the
-body's own parameters, then one option per catalogue entry the command has (all defaulting to
-None = "not given"); the body receives the raw given values in ``opts``, and under the key
-``__spelled__`` how each given flag was spelled (an alias counts), for error messages.
+body's own parameters, then one option per schema field the command takes (all defaulting to
+None = "not given"), listed under its group's --help section; the body receives the raw given
+values in ``opts``, and under the key ``__spelled__`` how each given flag was spelled (an alias
+counts), for error messages.
 """
 
 import inspect
@@ -12,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS
+from dojo.run.schema import OPTIONS, command_options
 
 RunDirArg = Annotated[
     str,
@@ -45,17 +46,20 @@ def _param(name: str) -> inspect.Parameter:
         metavar = None
     elif opt.kind == "list":
         kind = list[str] | None
-        metavar = "PATH"
+        metavar = "TEXT"
     else:
         kind = str | None
-        metavar = {"int": "INT", "float": "NUMBER", "size": "ELEMENTS|auto"}.get(opt.kind)
+        metavar = {"int": "INT", "float": "NUMBER", "size": "INT|auto", "floats": "NUMBERS"}.get(
+            opt.kind
+        )
         if opt.kind == "choice":
-            metavar = "|".join(opt.choices) if len(opt.choices) <= 4 else "CHOICE"
+            metavar = "|".join(map(str, opt.choices)) if len(opt.choices) <= 4 else "CHOICE"
         elif opt.kind == "str":
             metavar = "TEXT"
     info = typer.Option(
         *opt.flags,
-        help=opt.help_text(),
+        # rich renders --help (with its sections); square brackets would read as its markup.
+        help=opt.help_text().replace("[", "\\["),
         metavar=opt.metavar or metavar,
         rich_help_panel=opt.panel,
         show_default=False,
@@ -66,7 +70,7 @@ def _param(name: str) -> inspect.Parameter:
 
 
 def with_run_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    names = list(COMMAND_OPTIONS[command])
+    names = list(command_options(command))
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         own = [p for p in inspect.signature(fn).parameters.values() if p.name != "opts"]
@@ -76,8 +80,9 @@ def with_run_options(command: str) -> Callable[[Callable[..., Any]], Callable[..
         def command_body(**kwargs: Any) -> Any:
             opts = {n: kwargs.pop(n) for n in names}
             opts["__spelled__"] = {n: spelled(n) for n in names if opts[n] is not None}
-            if opts.get("data") == []:
-                opts["data"] = None
+            for n in names:  # a repeatable option not given arrives as []
+                if opts[n] == []:
+                    opts[n] = None
             return fn(opts, **kwargs)
 
         command_body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

@@ -38,38 +38,38 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     backward, what the loss phase (its first op) adds to it (loss term + tail), what the worst
     layer's backward (or recompute + backward) adds, and the loss term alone."""
     s, cal = setup, setup.calibration
-    tokens = s.micro_batch * s.seq_len
+    tokens = s.run.loop.micro_batch * s.run.data.seq_len
     # MoE: a token passes through its top-k experts (and a shared one), so the MLP tensors saved
     # per token are that wide, not one expert's intermediate_size (dense models: the same).
     h, q, kv, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.active_intermediate_size
     # Saved per token by one HF Llama layer, bf16 (sec 3.2): norms keep an fp32 input copy.
-    if s.method == "full":
+    if s.run.model.method == "full":
         per_token = 16 * h + 4 * q + 4 * kv + 8 * i
     else:
         per_token = 8 * h + 4 * q + 4 * kv + 6 * i  # frozen base: no linear inputs saved
         per_token += _lora_saved_per_token(spec, setup)
-        if s.method == "lora" and s.stage == 3 and s.deepspeed:
+        if s.run.model.method == "lora" and s.zero.stage == 3 and s.deepspeed:
             per_token += _zero3_frozen_inputs(spec, setup, i)
-    kernels = s.liger and s.liger_kernels
+    kernels = s.kernels.fused_loss and s.kernels.liger_kernels
     norm = _norm_bytes(spec, setup)
-    if kernels and s.method == "full":
+    if kernels and s.run.model.method == "full":
         # Liger's RMSNorm keeps its bf16 input + fp32 rstd instead of HF's fp32 copy + bf16
         # output (-8h by that count) and its SwiGLU keeps gate and up but not silu(gate) (-2i).
         # Measured on the H200 (docs/benchmarks.md rows 1-5) the layer saves 14h + 2i less.
         per_token -= int(cal.liger_full_saved_per_token_h * h) + 2 * i
-    elif kernels or s.compile:
+    elif kernels or s.kernels.compiled:
         # Frozen base: HF norms keep no weight-grad inputs there (already excluded above). A
         # compiled layer gets the SwiGLU saving too: Inductor's min-cut partitioner recomputes
         # the cheap silu(gate) in the backward rather than keep it (session 8, five compile LoRA
         # rows: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it).
         per_token -= 2 * i
-    if not (s.method == "full" and (kernels or s.compile)):
+    if not (s.run.model.method == "full" and (kernels or s.kernels.compiled)):
         # The counts above take transformers' Llama norm for the layer's two norms (6 B a value
         # with a training weight, 4 B frozen); Gemma's keeps an fp32 output (8 B), and a frozen
         # base's under Liger or compile its bf16 input (2 B: session 12, every Liger LoRA/QLoRA
         # row came 1-6 points closer in allocated). Full fine-tuning with Liger's kernels has
         # its own measured count above; with compile alone it was never measured.
-        llama_norm = FP32 + BF16 if s.method == "full" else FP32
+        llama_norm = FP32 + BF16 if s.run.model.method == "full" else FP32
         per_token += 2 * (norm - llama_norm) * h
     if spec.qk_norm:
         # Qwen3/Gemma-3/OLMo-2 q_norm and k_norm (RMSNorm on q and k before RoPE) save what a
@@ -83,40 +83,40 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     # full-size 4-D mask. Padded batches get one too, but their rows are only as long as the
     # longest sample (the estimate's seq_len is an upper bound there and those rows already
     # come out over), so the per-layer attention-mask costs below are charged for packing only.
-    masked = s.packing and _mask_bytes(setup) > 0
+    masked = s.run.data.packing and _mask_bytes(setup) > 0
     # Not charged: GQA's repeat_kv. transformers 5.24's sdpa_attention_forward passes
     # enable_gqa only without a mask (use_gqa_in_sdpa), so a masked call materialises k and v
     # at all heads (+4 B x (q - kv) per token); the GPU ran transformers 5.17 and its
     # Llama-3.2-1B packed rows show no such cost (docs/estimate.md, session 4).
     a_layer = tokens * per_token
     if s.attention == "eager":
-        a_layer += 6 * spec.num_heads * s.seq_len * tokens  # fp32 softmax + bf16 copy (sec 3.2)
+        a_layer += 6 * spec.num_heads * s.run.data.seq_len * tokens  # fp32 softmax + bf16 copy (sec 3.2)
         if spec.model_type in SOFTCAP_MODEL_TYPES:
             # eager_attention_forward's soft-cap, scores / cap -> tanh -> * cap: tanh keeps its
             # bf16 output for backward (CPU, tiny Gemma-2 against Llama: bench/gemma2_saved_cpu.py)
-            a_layer += BF16 * spec.num_heads * s.seq_len * tokens
+            a_layer += BF16 * spec.num_heads * s.run.data.seq_len * tokens
     # SDPA turns a bool mask into an additive one in the query dtype on every call (ATen
     # attention.cpp convert_boolean_attn_mask), and the memory-efficient kernel, the one that
     # takes a mask, saves that bias for its backward: 2 B x b x s^2 per layer, once per layer
     # (no grad is made for it, so a recomputed layer holds it once).
-    bias = BF16 * s.micro_batch * s.seq_len * s.seq_len if s.attention == "sdpa" and masked else 0
+    bias = BF16 * s.run.loop.micro_batch * s.run.data.seq_len * s.run.data.seq_len if s.attention == "sdpa" and masked else 0
     # fp32 embeddings and norms (s.fp32_rest) keep the residual stream in fp32 under autocast:
     # the checkpointed layer inputs are 4 B per value.
-    keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.grad_ckpt else a_layer + bias
-    factor = cal.recompute_factor if s.method == "full" else cal.recompute_factor_frozen
-    layer_extra = (factor * a_layer if s.grad_ckpt else a_layer) + bias
+    keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.kernels.grad_ckpt else a_layer + bias
+    factor = cal.recompute_factor if s.run.model.method == "full" else cal.recompute_factor_frozen
+    layer_extra = (factor * a_layer if s.kernels.grad_ckpt else a_layer) + bias
     logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
     if spec.model_type == "gemma2":
         # Gemma2ForCausalLM final_logit_softcapping (30.0): logits / cap -> tanh -> * cap in
         # bf16; tanh keeps its output for backward (session-3 "fit" row plain_g2b_Z2_lora:
         # 13.7 B per logit at the loss peak, 12 without this).
         logits += BF16 * tokens * spec.vocab_size
-    if s.liger:
+    if s.kernels.fused_loss:
         logits = _fused_loss_bytes(spec, setup)  # Liger's Gemma-2 kernel softcaps per chunk
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
     kept = spec.num_layers * keep + _mask_bytes(setup)
-    full_kernels = kernels and s.method == "full"
-    if s.stage == 3 and s.deepspeed and not s.grad_ckpt and full_kernels:
+    full_kernels = kernels and s.run.model.method == "full"
+    if s.zero.stage == 3 and s.deepspeed and not s.kernels.grad_ckpt and full_kernels:
         kept += int(cal.zero3_kept_per_token_h * tokens * h) * spec.num_layers
     return int(kept), int(logits + loss_tail), int(layer_extra), int(logits)
 
@@ -133,9 +133,9 @@ def _norm_bytes(spec: ModelSpec, s: Setup) -> int:
     every norm of the models it knows, q_norm and k_norm included) and a compiled norm only the
     bf16 input. Measured on the CPU: 6.06 / 4.06 B per value (full / frozen) for Qwen3's q/k
     norms (bench/qknorm_saved_cpu.py)."""
-    if (s.liger and s.liger_kernels) or s.compile:
+    if (s.kernels.fused_loss and s.kernels.liger_kernels) or s.kernels.compiled:
         return BF16
-    if s.method != "full":
+    if s.run.model.method != "full":
         return FP32
     return FP32 + (FP32 if _gemma_norms(spec) else BF16)
 
@@ -149,10 +149,10 @@ def _mask_bytes(s: Setup) -> int:
     padded to the longest in the batch, so a mask is assumed there too unless the micro-batch
     is one sequence.
     """
-    if s.attention == "flash_attention_2" or (not s.packing and s.micro_batch == 1):
+    if s.attention == "flash_attention_2" or (not s.run.data.packing and s.run.loop.micro_batch == 1):
         return 0
     per_elem = BF16 if s.attention == "eager" else 1
-    return per_elem * s.micro_batch * s.seq_len * s.seq_len
+    return per_elem * s.run.loop.micro_batch * s.run.data.seq_len * s.run.data.seq_len
 
 
 def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
@@ -160,10 +160,10 @@ def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
     next_pow2(ceil(T / ceil(V / h))); per chunk bf16 logits + their fp32 grad (6 B x chunk x V),
     plus the bf16 grad of the hidden states (2 B x T x h) and, when the head trains, a 16-bit
     grad_weight (2 B x V x h) that lives through the loss."""
-    tokens = setup.micro_batch * setup.seq_len
+    tokens = setup.run.loop.micro_batch * setup.run.data.seq_len
     v, h = spec.vocab_size, spec.hidden_size
     chunk = 1 << max(0, math.ceil(tokens / math.ceil(v / h)) - 1).bit_length()
-    head_grad = BF16 * v * h if setup.method == "full" else 0
+    head_grad = BF16 * v * h if setup.run.model.method == "full" else 0
     return 6 * chunk * v + BF16 * tokens * h + head_grad
 
 
@@ -183,8 +183,8 @@ def _zero3_frozen_inputs(spec: ModelSpec, setup: Setup, i: int) -> int:
     it keeps no input of a frozen weight (``ctx.tensors = (None, B)``, bitsandbytes 0.50);
     transformers also skips zero.Init for quantized models, so ``F.linear`` stays torch's."""
     names = {n for n, *_ in spec.linears()}
-    targets = names if setup.lora_targets is None else set(setup.lora_targets) & names
-    shared = not setup.fp32_adapters and setup.lora_dropout == 0
+    targets = names if setup.lora.target_names is None else set(setup.lora.target_names) & names
+    shared = not setup.fp32_adapters and setup.lora.lora_dropout == 0
     h = spec.hidden_size
     extra = 0
     if not (shared and targets & {"q_proj", "k_proj", "v_proj"}):
@@ -214,11 +214,11 @@ def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:
     Plus lora_A's output (r values, a B) per module, lora_B's input.
     """
     names = {n for n, *_ in spec.linears()}
-    targets = names if setup.lora_targets is None else set(setup.lora_targets) & names
+    targets = names if setup.lora.target_names is None else set(setup.lora.target_names) & names
     ins = sum(a for n, a, _, _ in spec.linears() if n in targets)
     a = FP32 if setup.fp32_adapters and not setup.autocast else BF16
-    extra = a * setup.lora_rank * len(targets)
-    if setup.lora_dropout > 0:
+    extra = a * setup.lora.lora_r * len(targets)
+    if setup.lora.lora_dropout > 0:
         return extra + (a + 1) * ins
     if setup.fp32_adapters:
         return extra + a * ins

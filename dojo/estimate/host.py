@@ -27,9 +27,9 @@ def model_load_bytes(spec: ModelSpec, s: Setup) -> int:
     without ZeRO-3 each rank loads straight from the page cache to its GPU: about one layer of
     anonymous memory per rank (H200 rows: under 3.1 GiB in total).
     """
-    if s.stage == 3 and s.method != "qlora":
+    if s.zero.stage == 3 and s.run.model.method != "qlora":
         return BF16 * spec.params
-    return s.num_gpus * BF16 * spec.largest_layer_params
+    return s.run.gpus_per_node * BF16 * spec.largest_layer_params
 
 
 def host_terms(
@@ -43,17 +43,17 @@ def host_terms(
     (``zeros_like`` does not pin). ZeRO-3 offload (stage3.py): the bf16 grad partition buffer and
     one fp32 grad per sub-group; master, m and v are plain.
     """
-    n, g = s.world_size, s.num_gpus
+    n, g = s.world_size, s.run.gpus_per_node
     part = p_t / n
-    opt_cpu = s.offload_optimizer == "cpu" or (s.offload_optimizer == "nvme" and s.stage < 3)
-    opt_nvme = s.offload_optimizer == "nvme" and s.stage == 3
+    opt_cpu = s.zero.offload == "cpu" or (s.zero.offload == "nvme" and s.zero.stage < 3)
+    opt_nvme = s.zero.offload == "nvme" and s.zero.stage == 3
     params = gradients = optim = buffers = nvme = 0.0
     pinned: list[float] = []
     if opt_cpu:
         optim = 12 * part  # fp32 master + Adam m, v
         gradients = FP32 * part  # fp32 grad partition
         buffers = BF16 * part  # bf16 copy buffer (ZeRO-1/2) / bf16 grad partition (ZeRO-3)
-        if s.stage < 3:
+        if s.zero.stage < 3:
             buffers += BF16 * largest_t  # temp_grad_buffer_for_cpu_offload
             pinned += [FP32 * part, FP32 * part, BF16 * part, BF16 * largest_t]
         else:
@@ -64,10 +64,10 @@ def host_terms(
         # optimizer swap buffers: buffer_count 4 x sub-group tile x fp32 (offload_config.py)
         buffers = 4 * FP32 * min(part, s.sub_group_size) + BF16 * part
         pinned.append(buffers)
-    if s.offload_param == "cpu":
+    if s.zero.offload_param == "cpu":
         params = stored / n
         pinned.append(params)
-    elif s.offload_param == "nvme":
+    elif s.zero.offload_param == "nvme":
         nvme += g * stored / n
         swap = 5 * 100_000_000 * BF16  # buffer_count 5 x buffer_size 1e8, bf16
         buffers += swap

@@ -27,7 +27,8 @@ DS_ALLREDUCE_BYTES_ELEMS = 500_000_000  # engine.py MEMORY_OPT_ALLREDUCE_SIZE (Z
 # one fp32 absmax per 256 values each; tensors under min_8bit_size (4096) keep fp32 states.
 BNB_8BIT_BYTES = 2 + 2 * FP32 / 256
 OPTIM_STATE_BYTES = {
-    "adamw": 2.0 * FP32,
+    "adamw_torch": 2.0 * FP32,  # torch's and DeepSpeed's AdamW: fp32 m and v
+    "adamw_torch_fused": 2.0 * FP32,
     "adamw_8bit": BNB_8BIT_BYTES,
     "paged_adamw_8bit": BNB_8BIT_BYTES,
     "paged_adamw_32bit": 2.0 * FP32,
@@ -82,7 +83,7 @@ def _z3_largest_sub_group(spec: ModelSpec, s: Setup, p_t: int) -> float:
     biases go to the small second group); adapters are far below any tile."""
     n = s.world_size
     tile = s.sub_group_size
-    if p_t / n <= tile or s.method != "full":
+    if p_t / n <= tile or s.run.model.method != "full":
         return min(p_t / n, tile)
     sizes = [spec.embedding_params]
     attention = len(spec.attention_linears())
@@ -107,13 +108,13 @@ def _z3_largest_sub_group(spec: ModelSpec, s: Setup, p_t: int) -> float:
 def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
     """(trainable params, bytes of the frozen base, largest trainable tensor)."""
     p = spec.params
-    if s.method == "full":
+    if s.run.model.method == "full":
         return p, 0.0, spec.largest_layer_params
-    p_t = spec.lora_params(s.lora_rank, s.lora_targets)
+    p_t = spec.lora_params(s.lora.lora_r, s.lora.target_names)
     if p_t == 0:
         raise EstimateError("--lora-targets matches no linear layer", hint="use q_proj,v_proj,...")
-    largest_t = s.lora_rank * max(max(a, b) for _, a, b, _ in spec.linears())
-    if s.method == "lora":
+    largest_t = s.lora.lora_r * max(max(a, b) for _, a, b, _ in spec.linears())
+    if s.run.model.method == "lora":
         return p_t, float(BF16 * p), largest_t
     # NF4 + double quant for decoder linears; embeddings, head, norms and biases stay 16-bit,
     # or fp32 where prepare_model_for_kbit_training upcast them and no DeepSpeed cast them back.
@@ -124,12 +125,12 @@ def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
 
 def _paged_share(spec: ModelSpec, s: Setup) -> float:
     """Fraction of the trainable params whose optimizer states bitsandbytes pages."""
-    if not s.optim.startswith("paged"):
+    if not s.run.loop.optim.startswith("paged"):
         return 0.0
-    if s.method == "full" or s.deepspeed:  # ZeRO steps one flat fp32 partition: one big tensor
+    if s.run.model.method == "full" or s.deepspeed:  # ZeRO steps one flat fp32 partition: one big tensor
         return 1.0
-    names = {n for n, *_ in spec.linears()} if s.lora_targets is None else set(s.lora_targets)
-    sizes = [s.lora_rank * d for n, a, b, _ in spec.linears() if n in names for d in (a, b)]
+    names = {n for n, *_ in spec.linears()} if s.lora.target_names is None else set(s.lora.target_names)
+    sizes = [s.lora.lora_r * d for n, a, b, _ in spec.linears() if n in names for d in (a, b)]
     return sum(x for x in sizes if x >= BNB_PAGED_MIN_NUMEL) / max(1, sum(sizes))
 
 
@@ -140,40 +141,40 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     n = s.world_size
     p_t, w_base, largest_t = _trainable(spec, s)
     notes: list[str] = []
-    if s.method == "qlora" and s.stage == 3:
+    if s.run.model.method == "qlora" and s.zero.stage == 3:
         notes.append(
             "ZeRO-3 + QLoRA needs bnb_4bit_quant_storage=bfloat16 (the model dtype) "
             "and zero3_init; quantized weights are then partitioned like bf16 ones"
         )
     t_bytes = FP32 if s.fp32_adapters else BF16  # bytes per trainable param (and its grad)
-    stored = w_base + t_bytes * p_t if s.method != "full" else float(BF16 * spec.params)
-    z3 = s.stage == 3
-    opt_off = s.offload_optimizer != "none"
-    if opt_off and s.stage < 3 and s.offload_optimizer == "nvme":
+    stored = w_base + t_bytes * p_t if s.run.model.method != "full" else float(BF16 * spec.params)
+    z3 = s.zero.stage == 3
+    opt_off = s.zero.offload != "none"
+    if opt_off and s.zero.stage < 3 and s.zero.offload == "nvme":
         notes.append(
             "ZeRO-1/2 have no NVMe swapper: offload_optimizer nvme keeps states in CPU RAM"
         )
     # --- static GPU terms ---
-    params = 0.0 if s.offload_param != "none" else (stored / n if z3 else stored)
+    params = 0.0 if s.zero.offload_param != "none" else (stored / n if z3 else stored)
     grads: float
-    if s.stage in (0, 1):
+    if s.zero.stage in (0, 1):
         grads = t_bytes * p_t  # ZeRO-1 keeps full grads until the boundary reduce-scatter
-    elif s.stage == 2:
+    elif s.zero.stage == 2:
         grads = BF16 * largest_t if opt_off else BF16 * p_t / n  # offload: one temp per param
     else:
         grads = 0.0 if opt_off else BF16 * p_t / n
-    dp = n if s.stage >= 1 else 1
+    dp = n if s.zero.stage >= 1 else 1
     # DeepSpeed's bf16 mode keeps an fp32 master copy for the optimizer; without DeepSpeed the
     # optimizer steps the parameters in their own dtype.
     master = FP32 if s.deepspeed else 0
-    state_b = OPTIM_STATE_BYTES[s.optim]
+    state_b = OPTIM_STATE_BYTES[s.run.loop.optim]
     optim = 0.0 if opt_off else (master + state_b) * p_t / dp
     paged = 0.0 if opt_off else state_b * p_t / dp * _paged_share(spec, s)
     if opt_off or not s.deepspeed:
         step = 0.0  # the optimizer updates in place (torch/bnb foreach temporaries are per tensor)
-    elif s.stage == 0:
+    elif s.zero.stage == 0:
         step = FP32 * p_t  # FP16_UnfusedOptimizer: an fp32 copy of every param's grad
-    elif s.stage in (1, 2):
+    elif s.zero.stage in (1, 2):
         step = 6 * p_t / n  # bf16 flatten + fp32 upcast of the partition (stage_1_and_2 step)
     else:
         step = 6 * _z3_largest_sub_group(spec, s, p_t)  # stage3 _prepare_fp32_grad_for_sub_group
@@ -181,7 +182,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     params_work = grads_work = 0.0
     if z3:
         params_work, grads_work = _z3_working_set(spec, s, stored, p_t, largest_t)
-    if s.method == "qlora":
+    if s.run.model.method == "qlora":
         biggest_w = max(a * b for _, a, b, _ in spec.linears())
         params_work += BF16 * biggest_w  # bnb dequantizes one weight to bf16 per matmul
     kept, loss_phase, layer_phase, loss_term = activation_phases(spec, s)
@@ -193,17 +194,17 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     # FP16_UnfusedOptimizer and torch's zero_grad set grads to None. So the loss phase stands
     # beside the static terms less those grads and buckets; the layer phase has them all.
     not_yet = 0.0
-    if s.stage < 3 and s.offload_optimizer == "none":
+    if s.zero.stage < 3 and s.zero.offload == "none":
         not_yet = grads + comm_current
     activations, logits = split_peak(kept, loss_phase, layer_phase, loss_term, not_yet)
     # The backward's working set in full (the loss blocks are allocated before the grads).
     churn = kept + max(loss_phase, layer_phase) + params_work + grads_work
-    tokens = s.micro_batch * s.seq_len
+    tokens = s.run.loop.micro_batch * s.run.data.seq_len
     # HF's loss without Liger: the bf16 logits (2 B x T x V) are the largest single block of the
     # backward phase; nothing that size is asked for again until the next loss.
-    bf16_logits = 0 if s.liger else BF16 * tokens * spec.vocab_size
+    bf16_logits = 0 if s.kernels.fused_loss else BF16 * tokens * spec.vocab_size
     logits_block = bf16_logits
-    if not s.liger and s.packing:
+    if not s.kernels.fused_loss and s.run.data.packing:
         # Packed rows make every step's loss the same shape, so each of its logits-sized
         # blocks (bf16 logits, fp32 upcast, log-softmax, their grads; the loss term) asks for
         # exactly the size it got the step before. One small block that lives across the
@@ -214,7 +215,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         # reuse them (plain rows: about the bf16 logits block).
         logits_block = loss_term
     reserve = _allocator_reserve(s, churn, step, p_t, largest_t, logits_block, bf16_logits)
-    if s.expandable_segments:
+    if s.kernels.expandable:
         backward_extra = params_work + grads_work + activations + logits + comm_current
         largest_freed = max(kept, loss_phase)
         reserve += _step_pages_hole(s, p_t, largest_t, largest_freed, churn, step, backward_extra)
@@ -223,7 +224,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         notes.append(f"NVMe holds {c['nvme'] / GIB:.1f} GiB per node")
     if paged:
         notes.append(
-            f"{paged / GIB:.1f} GiB of {s.optim} states are paged (CUDA unified memory): "
+            f"{paged / GIB:.1f} GiB of {s.run.loop.optim} states are paged (CUDA unified memory): "
             "counted on the GPU, they move to host RAM when the GPU runs short (slower)"
         )
     return MemoryEstimate(
@@ -283,7 +284,7 @@ def _z3_working_set(
     # for the embedding backward (the last) before its hook fires, so it lives through the whole
     # backward; beside it one layer's unit: all the layer's trainable grads (leaf) or its
     # biggest trainable tensor. An untied head's grad is reduced on its own, at the start.
-    if s.method == "full":
+    if s.run.model.method == "full":
         layer_t = spec.layer_params
         tensor_t = max(a * b + (b if bias else 0) for _, a, b, bias in spec.linears())
         tied_t = spec.embedding_params if spec.tied_embeddings else 0
@@ -291,7 +292,7 @@ def _z3_working_set(
         layer_t, tensor_t, tied_t = p_t // max(1, spec.num_layers), largest_t, 0
     unit_t = layer_t if s.z3_leaf_layer else tensor_t
     grads_work = float(BF16 * max(tied_t + unit_t, largest_t))
-    if n == 1 and s.offload_param == "none":  # offloaded: .to(device) copies to the GPU
+    if n == 1 and s.zero.offload_param == "none":  # offloaded: .to(device) copies to the GPU
         return 0.0, grads_work
     storage_elems = stored / BF16
     ratio = storage_elems / spec.params  # 4-bit storage packs QLoRA weights
@@ -299,7 +300,7 @@ def _z3_working_set(
     if s.z3_leaf_layer:
         unit = max(spec.layer_params * ratio, spec.embedding_params)
     prefetched = max(0.0, min(s.prefetch_size(spec), s.stage3_max_live_parameters - unit))
-    kept = s.method != "qlora"
+    kept = s.run.model.method != "qlora"
     reuse = min(s.stage3_max_reuse_distance, storage_elems) if kept else 0
     small = spec.num_layers * spec.norms_per_layer * spec.hidden_size + spec.hidden_size
     params_work = BF16 * min(unit + prefetched + reuse + small, storage_elems)
@@ -334,12 +335,12 @@ def _allocator_reserve(
     (Calibration), and at ZeRO-1/2 what ``_step_pages_hole`` names (the caller adds it: it needs
     the phases' sizes).
     """
-    if s.expandable_segments:
+    if s.kernels.expandable:
         return s.calibration.expandable_logits_reserve * 2 * bf16_logits
-    if s.offload_optimizer != "none":
+    if s.zero.offload != "none":
         n = s.world_size
         return s.calibration.offload_reserve * (BF16 * p_t / n + FP32 * largest_t)
-    if s.stage < 3 and not s.liger:
+    if s.zero.stage < 3 and not s.kernels.fused_loss:
         # The bf16 logits block is free at the backward (loss) peak and the wrong size for
         # the step's flat partitions, which keep segments of their own: both stay reserved.
         return max(min(churn, step) + bf16_logits, logits_block)
@@ -373,7 +374,7 @@ def _step_pages_hole(
 
     The holes are beside the step, not the backward: only what the step phase then holds above
     the backward's allocated peak shows in the device total."""
-    if s.stage not in (1, 2) or not s.deepspeed or s.offload_optimizer != "none":
+    if s.zero.stage not in (1, 2) or not s.deepspeed or s.zero.offload != "none":
         return 0.0  # the norm is taken on the host's copy (offload); ZeRO-0/3 have no such step
     partition = -(-p_t // s.world_size)
     norm_copy = FP64 * min(largest_t, partition)
@@ -404,16 +405,16 @@ def _comm(s: Setup, p_t: int, rbs: int) -> tuple[int, int]:
     n = s.world_size
     if not s.deepspeed:
         return 0, 0
-    if s.stage == 0:
+    if s.zero.stage == 0:
         # engine allreduce flattens up to MEMORY_OPT_ALLREDUCE_SIZE elements at a time, DP only
         cur = BF16 * min(DS_ALLREDUCE_BYTES_ELEMS, p_t) if n > 1 else 0
         return cur, cur
-    allocated = comm_buffer_bytes(s.stage, rbs, rbs, s.overlap, "current")
+    allocated = comm_buffer_bytes(s.zero.stage, rbs, rbs, s.overlap, "current")
     flatten = kappa * BF16 * min(rbs, p_t)
     transient = flatten
-    if s.stage == 3:  # reduce-scatter copies in flight: up to 2 with overlap_comm, 1 without
+    if s.zero.stage == 3:  # reduce-scatter copies in flight: up to 2 with overlap_comm, 1 without
         transient = flatten * (2 if s.overlap else 1) if n > 1 else 0.0
     cur = int(allocated + transient)
-    docs_alloc = comm_buffer_bytes(s.stage, rbs, rbs, s.overlap, "docs")
+    docs_alloc = comm_buffer_bytes(s.zero.stage, rbs, rbs, s.overlap, "docs")
     docs = docs_alloc if docs_alloc != allocated else cur  # the docs figure is the whole cost
     return cur, docs

@@ -72,7 +72,7 @@ class MemoryEstimate:
         """The optimizer-step phase beside the static terms: the step transient, and at ZeRO-3
         the gradient bucket too (stage3.py allocates ipg bucket.buffer once in __init__ and
         keeps it; ZeRO-1/2 free theirs before the step, stage_1_and_2.py _release_ipg_buffers)."""
-        return self.step + (self.comm if self.setup.stage == 3 else 0)
+        return self.step + (self.comm if self.setup.zero.stage == 3 else 0)
 
     @property
     def peak_phase(self) -> str:
@@ -176,9 +176,9 @@ class MemoryEstimate:
     def to_dict(self) -> dict[str, Any]:
         """One row of ``dojo estimate --json`` (GiB, 3 decimals)."""
         return {
-            "stage": self.setup.stage,
-            "offload_optimizer": self.setup.offload_optimizer,
-            "offload_param": self.setup.offload_param,
+            "stage": self.setup.zero.stage,
+            "offload_optimizer": self.setup.zero.offload,
+            "offload_param": self.setup.zero.offload_param,
             "gpu_gib": {k: round(v / GIB, 3) for k, v in self.gpu_columns().items()},
             "cpu_gib": {k: round(v / GIB, 3) for k, v in self.cpu_columns().items()},
             "fits": self.fits,

@@ -2,25 +2,29 @@
 (``Calibration``) and ``validate``. Pure data; ``dojo.estimate.model`` turns a Setup into a
 MemoryEstimate."""
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from dojo.errors import EstimateError
 from dojo.modelspec import ModelSpec
-from dojo.zero.build import hf_auto_prefetch, hf_auto_reduce_bucket
+from dojo.run.groups.data import MAX_SEQ_LEN
+from dojo.run.groups.kernels import KernelOptions
+from dojo.run.groups.loop import BNB_OPTIMS
+from dojo.run.groups.lora import LoraOptions
+from dojo.run.groups.zero import (
+    SUB_GROUP_SIZE,
+    ZeroOptions,
+    hf_auto_prefetch,
+    hf_auto_reduce_bucket,
+    sub_group_for,
+    zero_problems,
+)
+from dojo.run.run import Run
 
-Method = Literal["full", "lora", "qlora"]
-Offload = Literal["none", "cpu", "nvme"]
 OverlapRule = Literal["current", "docs"]
-Attention = Literal["sdpa", "flash_attention_2", "eager"]
-Optim = Literal["adamw", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit"]
 AdapterDtype = Literal["auto", "bf16", "fp32"]
-
-OPTIMS = ("adamw", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
-# 1 M tokens: beyond every released context window (= dojo train's --seq-len cap); a larger
-# value is a typo'd extra digit, and its activation terms overflow any useful table.
-MAX_SEQ_LEN = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -77,47 +81,34 @@ class Calibration:
     data): 2.8-3.1 GiB measured in total on the H200 rows without offload."""
 
 
+PLAIN = {
+    "precision": "bf16",
+    "liger": "off",
+    "attn": "sdpa",
+    "expandable_segments": "off",
+    "optim": "adamw_torch",
+    "offload_param": "none",
+    "lr": 2e-5,
+    "lora_dropout": 0.0,
+    "keep_best": "off",
+    "report_to": "none",
+}
+"""What ``Setup.of`` assumes where an option is not named: a plain HF Trainer + DeepSpeed script
+(no Liger, SDPA, bf16, PyTorch's default allocator, torch AdamW, PEFT's LoRA dropout 0), every
+"auto" of the schema replaced by that script's value."""
+
+
 @dataclass(frozen=True)
 class Setup:
-    """One training configuration to estimate. Defaults: single GPU, ZeRO-2, full fine-tune."""
+    """One training configuration to estimate: a resolved run (``dojo.run.Run``, the groups
+    ``dojo train`` reads) and what the estimator alone needs to describe runs dojo does not
+    launch (no DeepSpeed, forced adapter dtypes, the docs' overlap rule)."""
 
-    stage: int = 2
-    method: Method = "full"
-    num_gpus: int = 1
-    """GPUs per node (DeepSpeed's num_gpus_per_node); world size = num_gpus * num_nodes."""
-    num_nodes: int = 1
-    offload_optimizer: Offload = "none"
-    offload_param: Offload = "none"
-    """ZeRO-3 only."""
-    micro_batch: int = 1
-    seq_len: int = 2048
-    grad_ckpt: bool = False
-    """HF TrainingArguments' default is off."""
-    overlap_comm: bool | None = None
-    """None = DeepSpeed's default: on at stage 3, off below (zero/config.py overlap_comm_valid)."""
-    bucket_size: int | None = None
-    """reduce (and allgather) bucket, elements; None = HF "auto" = hidden_size**2."""
+    run: Run = field(default_factory=lambda: Setup.of().run)
+    deepspeed: bool = True
+    """False: no DeepSpeed at all (stage 0 only): plain Trainer/PEFT or torchtune. The optimizer
+    then steps the parameters in their own dtype: no fp32 master copy, no flatten buffers."""
     overlap_rule: OverlapRule = "current"
-    lora_rank: int = 16
-    lora_targets: tuple[str, ...] | None = None
-    """None = all linear layers of the decoder (PEFT target_modules="all-linear")."""
-    lora_dropout: float = 0.0
-    """PEFT's default; > 0 keeps a dropout output and mask per adapted module (sec 3.2)."""
-    attention: Attention = "sdpa"
-    liger: bool = False
-    """Liger's fused linear cross-entropy (logits made and freed chunk by chunk, never whole),
-    and with ``liger_kernels`` its RMSNorm that keeps its bf16 input instead of an fp32 copy and
-    SwiGLU that keeps 3 tensors of the MLP width instead of 4."""
-    liger_kernels: bool = True
-    """With ``liger``: its layer kernels too; False = the fused loss alone (--liger loss)."""
-    packing: bool = False
-    """Several samples per row told apart by position_ids: transformers then builds a 4-D
-    block-diagonal mask for SDPA/eager (masking_utils); FlashAttention-2 uses cu_seqlens."""
-    optim: Optim = "adamw"
-    """adamw: torch AdamW, fp32 m and v (8 B/param). adamw_8bit / paged_adamw_8bit:
-    bitsandbytes blockwise 8-bit m and v (2 B/param + one fp32 absmax per 2048 values each).
-    paged_adamw_32bit: fp32 m and v. Paged states live in CUDA unified memory
-    (cudaMallocManaged, outside PyTorch's allocator) and move to host RAM under pressure."""
     adapter_dtype: AdapterDtype = "auto"
     """Dtype of the trainable LoRA weights. auto = what PEFT and DeepSpeed leave: PEFT makes
     them fp32 (get_peft_model's autocast_adapter_dtype=True); DeepSpeed 0.19's engine casts
@@ -127,48 +118,95 @@ class Setup:
     (quantized models skip zero.Init), fp32 for LoRA at ZeRO-3 and without DeepSpeed. bf16 /
     fp32 = what a script forces (the QLoRA paper casts its adapters to bf16). fp32 under
     DeepSpeed below ZeRO-3 is refused: the engine casts it."""
-    deepspeed: bool = True
-    """False: no DeepSpeed at all (stage 0 only): plain Trainer/PEFT or torchtune. The optimizer
-    then steps the parameters in their own dtype: no fp32 master copy, no flatten buffers."""
-    expandable_segments: bool = False
-    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in place, so a large
-    transient reuses the pages the backward freed instead of a new segment (dojo train's
-    default on CUDA from session 8)."""
-    compile: bool = False
-    """torch.compile of each decoder layer (dojo's --compile): Inductor's partitioner recomputes
-    silu(gate) in the backward instead of saving it, as Liger's SwiGLU does."""
     gpu_memory_gib: float | None = None
+    """The GPU the verdict is judged against; None = no verdict."""
     cpu_memory_gib: float | None = None
     """Host RAM per node; None = no host verdict."""
-    sub_group_size: int = 1_000_000_000  # DeepSpeed default (zero/config.py)
     stage3_max_live_parameters: int = 1_000_000_000  # DeepSpeed and HF example default
     stage3_max_reuse_distance: int = 1_000_000_000
-    z3_leaf_layer: bool = False
-    """ZeRO-3: every decoder layer is a z3 leaf module (zero_optimization.leaf_module.classes,
-    deepspeed/utils/z3_leaf_module.py): its params are gathered together when the layer starts
-    and its grads reduced together when its backward ends (stage3.py reduce_leaf_module_grads),
-    instead of module by module. dojo writes it at ZeRO-3 for dense models (session 4)."""
-    prefetch_bucket: int | None = None
-    """stage3_prefetch_bucket_size in elements; None = HF "auto" = 0.9 x hidden_size**2.
-    Prefetched params live beside the current ones, bounded by stage3_max_live_parameters."""
     calibration: Calibration = field(default_factory=Calibration)
+
+    @classmethod
+    def of(cls, **options: Any) -> "Setup":
+        """A Setup from option names (``stage=3, method="lora", lora_r=8``), each landing in its
+        group, plus Setup's own fields; unnamed options as a plain script runs them (``PLAIN``).
+        For runs dojo does not launch (the plain script, published setups) and tests; dojo's
+        own runs come from ``dojo.run.resolve``. ``overlap_comm`` unnamed is DeepSpeed's own
+        default (on at ZeRO-3, off below); ``gpus_per_node`` is the GPU count."""
+        from dojo.run.schema import OPTIONS, RunOptions
+
+        own = {f.name for f in dataclasses.fields(cls)} - {"run"}
+        extra = {k: options.pop(k) for k in list(options) if k in own}
+        placement = {k: options.pop(k) for k in ("gpus_per_node",) if k in options}
+        unknown = [k for k in options if k not in OPTIONS]
+        if unknown:
+            raise TypeError(f"Setup.of: no option {', '.join(unknown)}")
+        values = {**PLAIN, **options}
+        stage = values.get("stage", 2)
+        values.setdefault("overlap_comm", stage == 3)
+        if values.get("sub_group_size", "auto") == "auto":
+            values["sub_group_size"] = SUB_GROUP_SIZE  # DeepSpeed's own (zero/config.py)
+        if values["offload_param"] == "auto":
+            values["offload_param"] = values.get("offload", "none") if stage == 3 else "none"
+        opts = RunOptions.from_values(values)
+        run = Run(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)},
+                  device="cuda", **placement)  # fmt: skip
+        return cls(run=run, **extra)
+
+    # The run's groups, as the terms read them.
+    @property
+    def zero(self) -> ZeroOptions:
+        return self.run.zero
+
+    @property
+    def kernels(self) -> KernelOptions:
+        return self.run.kernels
+
+    @property
+    def lora(self) -> LoraOptions:
+        return self.run.lora
+
+
+
+
+
 
     @property
     def world_size(self) -> int:
-        return self.num_gpus * self.num_nodes
+        return self.run.world_size
+
+    @property
+    def attention(self) -> str:
+        """The attention kernel's memory model (``ESTIMATED_AS``): sdpa, flash_attention_2 or
+        eager."""
+        return ESTIMATED_AS.get(self.run.kernels.attn, "sdpa")
 
     @property
     def overlap(self) -> bool:
-        return self.stage == 3 if self.overlap_comm is None else self.overlap_comm
+        return self.run.zero.overlap
+
+    @property
+    def z3_leaf_layer(self) -> bool:
+        """ZeRO-3: every decoder layer is a z3 leaf module (zero_optimization.leaf_module.classes,
+        deepspeed/utils/z3_leaf_module.py): its params are gathered together when the layer
+        starts and its grads reduced together when its backward ends (stage3.py
+        reduce_leaf_module_grads), instead of module by module."""
+        return bool(self.run.zero.leaf_classes)
+
+    @property
+    def sub_group_size(self) -> int:
+        tile = self.run.zero.sub_group_size
+        return sub_group_for(self.run.zero.offload) if tile == "auto" else tile
 
     @property
     def fp32_adapters(self) -> bool:
         """The trainable adapters really are fp32 (see adapter_dtype)."""
-        if self.method == "full":
+        method = self.run.model.method
+        if method == "full":
             return False
         if self.adapter_dtype != "auto":
             return self.adapter_dtype == "fp32"
-        return not self.deepspeed or (self.stage == 3 and self.method == "lora")
+        return not self.deepspeed or (self.zero.stage == 3 and method == "lora")
 
     @property
     def autocast(self) -> bool:
@@ -181,45 +219,47 @@ class Setup:
         """QLoRA with PEFT's defaults and no DeepSpeed: prepare_model_for_kbit_training
         (peft/utils/other.py) casts every parameter that is not 4-bit to fp32 (embeddings,
         head, norms) and nothing casts them back (DeepSpeed's engine would)."""
-        return self.method == "qlora" and not self.deepspeed and self.fp32_adapters
+        return self.run.model.method == "qlora" and not self.deepspeed and self.fp32_adapters
 
     def reduce_bucket(self, spec: ModelSpec) -> int:
-        """As written, or HF's "auto" (dojo.zero.build.hf_auto_reduce_bucket)."""
-        if self.bucket_size is not None:
-            return self.bucket_size
-        return hf_auto_reduce_bucket(spec.hidden_size)
+        """As written, or HF's "auto" (hidden_size^2)."""
+        size = self.run.zero.bucket_size
+        return hf_auto_reduce_bucket(spec.hidden_size) if size == "auto" else size
 
     def prefetch_size(self, spec: ModelSpec) -> int:
-        """As written, or HF's "auto" (dojo.zero.build.hf_auto_prefetch)."""
-        if self.prefetch_bucket is not None:
-            return self.prefetch_bucket
-        return hf_auto_prefetch(spec.hidden_size)
+        """As written, or HF's "auto" (0.9 x hidden_size^2). Prefetched params live beside the
+        current ones, bounded by stage3_max_live_parameters."""
+        size = self.run.zero.prefetch_bucket_size
+        return hf_auto_prefetch(spec.hidden_size) if size == "auto" else size
 
 
-def _range_checks(s: Setup) -> list[tuple[bool, str, str]]:
+ESTIMATED_AS = {
+    "eager": "eager",
+    "flash_attention_2": "flash_attention_2",
+    "flex_attention": "flash_attention_2",
+    "sdpa_varlen": "flash_attention_2",  # the same kernel family: no mask, log-sum-exp kept
+}
+"""--attn as the estimate's attention memory model; anything else is estimated as SDPA.
+FlexAttention takes a BlockMask (a few ints per 128 x 128 block), materialises no bias and saves
+the log-sum-exp, as FlashAttention-2 does: read from the source (torch.nn.attention.flex_attention,
+transformers masking_utils), not measured."""
+
+
+def _checks(s: Setup) -> list[tuple[bool, str, str]]:
+    """What the option parser guarantees for dojo's runs, checked again for Setups made in code
+    (``Setup.of``), plus the rules of the estimator's own fields."""
+    r = s.run
     return [
-        (s.stage in (0, 1, 2, 3), f"--zero {s.stage}: no such ZeRO stage", "use 0, 1, 2, 3 or all"),
-        (s.method in ("full", "lora", "qlora"), f"--method {s.method}: unknown", "use full, lora or qlora"),
-        (s.num_gpus >= 1, f"--num-gpus {s.num_gpus}: must be at least 1", "use e.g. --num-gpus 1"),
-        (s.num_nodes >= 1, f"--num-nodes {s.num_nodes}: must be at least 1", "use e.g. --num-nodes 1"),
-        (s.micro_batch >= 1, f"--micro-batch {s.micro_batch}: must be at least 1", "use e.g. --micro-batch 1"),
-        (s.seq_len >= 1, f"--seq-len {s.seq_len}: must be at least 1", "use e.g. --seq-len 2048"),
+        (r.zero.stage in (0, 1, 2, 3), f"--zero {r.zero.stage}: no such ZeRO stage", "use 0, 1, 2 or 3"),
+        (r.gpus_per_node >= 1, f"--num-gpus {r.gpus_per_node}: must be at least 1", "use e.g. --num-gpus 1"),
+        (r.devices.num_nodes >= 1, f"--num-nodes {r.devices.num_nodes}: must be at least 1", "use e.g. --num-nodes 1"),
+        (r.loop.micro_batch >= 1, f"--micro-batch {r.loop.micro_batch}: must be at least 1", "use e.g. --micro-batch 1"),
         (
-            s.seq_len <= MAX_SEQ_LEN,
-            f"--seq-len {s.seq_len}: longer than {MAX_SEQ_LEN:,} tokens",
-            "use a real context length, e.g. --seq-len 8192 (dojo train caps it the same way)",
+            1 <= r.data.seq_len <= MAX_SEQ_LEN,
+            f"--seq-len {r.data.seq_len}: must be 1 to {MAX_SEQ_LEN:,} tokens",
+            "use a real context length, e.g. --seq-len 8192",
         ),
-        (
-            s.bucket_size is None or s.bucket_size > 0,
-            f"--bucket-size {s.bucket_size}: must be positive",
-            "use e.g. --bucket-size 500000000, or leave it out for HF's auto (hidden^2)",
-        ),
-        (
-            s.prefetch_bucket is None or s.prefetch_bucket >= 0,
-            f"prefetch bucket {s.prefetch_bucket}: must be 0 or more elements",
-            "use e.g. 500000000, or leave it out for HF's auto (0.9 x hidden^2)",
-        ),
-        (s.lora_rank >= 1, f"--lora-rank {s.lora_rank}: must be at least 1", "use e.g. --lora-rank 16"),
+        (r.lora.lora_r >= 1, f"--lora-r {r.lora.lora_r}: must be at least 1", "use e.g. --lora-r 16"),
         (
             s.gpu_memory_gib is None or 0 < s.gpu_memory_gib < math.inf,
             f"--gpu-memory {s.gpu_memory_gib}: must be a positive number of GiB",
@@ -230,65 +270,28 @@ def _range_checks(s: Setup) -> list[tuple[bool, str, str]]:
             f"--cpu-memory {s.cpu_memory_gib}: must be a positive number of GiB",
             "give host RAM in GiB, e.g. 512",
         ),
-    ]  # fmt: skip
-
-
-def _choice_checks(s: Setup) -> list[tuple[bool, str, str]]:
-    bnb = s.optim != "adamw"
-    return [
         (
-            s.offload_optimizer in ("none", "cpu", "nvme"),
-            f"--offload {s.offload_optimizer}: unknown device",
-            "use none, cpu or nvme",
-        ),
-        (
-            s.offload_param in ("none", "cpu", "nvme"),
-            f"--offload-param {s.offload_param}: unknown device",
-            "use none, cpu or nvme",
-        ),
-        (
-            s.offload_optimizer == "none" or s.stage >= 1,
-            f"--offload {s.offload_optimizer} needs ZeRO stage 1-3, got --zero 0",
-            "use --zero 2 or 3",
-        ),
-        (
-            s.offload_param == "none" or s.stage == 3,
-            f"--offload-param {s.offload_param} exists only at ZeRO stage 3, got --zero {s.stage}",
-            "use --zero 3, or drop --offload-param",
-        ),
-        (
-            s.attention in ("sdpa", "flash_attention_2", "eager"),
-            f"--attention {s.attention}: unknown",
-            "use sdpa, flash_attention_2 or eager",
-        ),
-        (s.optim in OPTIMS, f"--optim {s.optim}: unknown", "use " + ", ".join(OPTIMS)),
-        (
-            not (bnb and s.offload_optimizer != "none"),
-            f"--optim {s.optim} with --offload {s.offload_optimizer}: bitsandbytes optimizers "
+            not (r.loop.optim in BNB_OPTIMS and r.zero.offload != "none"),
+            f"--optim {r.loop.optim} with --offload {r.zero.offload}: bitsandbytes optimizers "
             "step on the GPU, DeepSpeed's offload steps its own CPU Adam",
-            "use --optim adamw with --offload, or drop --offload",
+            "use --optim adamw_torch with --offload, or drop --offload",
         ),
         (
-            s.adapter_dtype in ("auto", "bf16", "fp32"),
-            f"--adapter-dtype {s.adapter_dtype}: unknown",
-            "use auto, bf16 or fp32",
-        ),
-        (
-            s.deepspeed or s.stage == 0,
-            f"--zero {s.stage} needs DeepSpeed; without it only stage 0 exists",
+            s.deepspeed or r.zero.stage == 0,
+            f"--zero {r.zero.stage} needs DeepSpeed; without it only stage 0 exists",
             "use --zero 0 to describe a run without DeepSpeed",
         ),
         (
-            s.adapter_dtype != "fp32" or not s.deepspeed or s.stage == 3,
-            f"--adapter-dtype fp32 under DeepSpeed ZeRO-{s.stage}: its engine casts every float "
-            "parameter to bf16",
+            s.adapter_dtype != "fp32" or not s.deepspeed or r.zero.stage == 3,
+            f"--adapter-dtype fp32 under DeepSpeed ZeRO-{r.zero.stage}: its engine casts every "
+            "float parameter to bf16",
             "use --adapter-dtype auto (what DeepSpeed runs), or describe a run without DeepSpeed",
         ),
-    ]
+    ]  # fmt: skip
 
 
 def validate(setup: Setup) -> None:
     """Reject impossible settings with the flag, the value and the fix."""
-    for ok, message, hint in _range_checks(setup) + _choice_checks(setup):
-        if not ok:
-            raise EstimateError(message, hint=hint)
+    found = [(m, h) for ok, m, h in _checks(setup) if not ok] + zero_problems(setup.zero)
+    if found:
+        raise EstimateError.of(found)

@@ -3,6 +3,7 @@
 from typing import Any
 
 from dojo.estimate.result import GIB, MemoryEstimate
+from dojo.run.groups.loop import BNB_OPTIMS
 
 # (header, gpu_columns key) in table order; the plain and rich tables share it.
 _GPU_COLS = [
@@ -45,13 +46,13 @@ def _gib(n: int) -> str:
 
 def _offload(r: MemoryEstimate) -> str:
     s = r.setup
-    if s.offload_param != "none":
+    if s.zero.offload_param != "none":
         return (
-            f"opt+param:{s.offload_param}"
-            if s.offload_optimizer == s.offload_param
-            else (f"opt:{s.offload_optimizer},param:{s.offload_param}")
+            f"opt+param:{s.zero.offload_param}"
+            if s.zero.offload == s.zero.offload_param
+            else (f"opt:{s.zero.offload},param:{s.zero.offload_param}")
         )
-    return "none" if s.offload_optimizer == "none" else f"opt:{s.offload_optimizer}"
+    return "none" if s.zero.offload == "none" else f"opt:{s.zero.offload}"
 
 
 def _verdict(r: MemoryEstimate) -> str:
@@ -69,7 +70,7 @@ def table_rows(rows: list[MemoryEstimate]) -> tuple[list[str], list[list[str]]]:
     for r in rows:
         cols = r.gpu_columns()
         shown = _GPU_COLS[:_GPU_SHOWN]
-        cells = [str(r.setup.stage), _offload(r)] + [_gib(cols[k]) for _, k in shown]
+        cells = [str(r.setup.zero.stage), _offload(r)] + [_gib(cols[k]) for _, k in shown]
         cells += [_other_rule(r)] if show_other else []
         cells += [_gib(cols["overhead"]), _gib(cols["total"]), _gib(r.cpu_total), _verdict(r)]
         body.append(cells)
@@ -92,7 +93,7 @@ def host_rows(rows: list[MemoryEstimate]) -> tuple[list[str], list[list[str]]]:
     body = []
     for r in rows:
         cols = r.cpu_columns()
-        cells = [str(r.setup.stage), _offload(r)]
+        cells = [str(r.setup.zero.stage), _offload(r)]
         cells += [_gib(sum(cols[k] for k in keys)) for _, keys in _HOST_COLS]
         body.append(cells + [_gib(cols["total"])])
     return header, body
@@ -102,18 +103,21 @@ def title(rows: list[MemoryEstimate]) -> str:
     """One line naming the model and the settings every row shares."""
     r = rows[0]
     s, spec = r.setup, r.spec
-    method = s.method if s.method == "full" else f"{s.method} r={s.lora_rank}"
-    gpus = f"{s.num_gpus} GPU(s)" + (f" x {s.num_nodes} nodes" if s.num_nodes > 1 else "")
+    method = s.run.model.method
+    method = method if method == "full" else f"{method} r={s.lora.lora_r}"
+    nodes = s.run.devices.num_nodes
+    gpus = f"{s.run.gpus_per_node} GPU(s)" + (f" x {nodes} nodes" if nodes > 1 else "")
     limit = f", GPU {s.gpu_memory_gib:.1f} GiB" if s.gpu_memory_gib else ""
-    liger = "liger" if s.liger_kernels else "liger loss"
-    extras = [x for x, on in ((liger, s.liger), ("packing", s.packing)) if on]
-    extras += [] if s.optim == "adamw" else [s.optim]
+    liger = "liger" if s.kernels.liger_kernels else "liger loss"
+    extras = [x for x, on in ((liger, s.kernels.fused_loss), ("packing", s.run.data.packing)) if on]
+    extras += [s.run.loop.optim] if s.run.loop.optim in BNB_OPTIMS else []
     extras += [] if s.deepspeed else ["no DeepSpeed"]
     extras += ["fp32 adapters"] if s.fp32_adapters else []
     limit = "".join(f", {x}" for x in extras) + limit
     return (
         f"{spec.name}: {spec.params:,} params ({r.trainable_params:,} trainable), {method}, {gpus}, "
-        f"micro-batch {s.micro_batch} x seq {s.seq_len}, grad-ckpt {'on' if s.grad_ckpt else 'off'}"
+        f"micro-batch {s.run.loop.micro_batch} x seq {s.run.data.seq_len}, "
+        f"grad-ckpt {'on' if s.kernels.grad_ckpt else 'off'}"
         f", {s.attention}{limit}; GiB per GPU, CPU GiB per node"
     )
 

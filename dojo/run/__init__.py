@@ -1,4 +1,5 @@
-"""The model of a run behind every command: ``catalog`` (every option, once), ``options`` (how
-a value is parsed), ``inputs`` (default < --config file < flag), ``machine`` (where it runs),
-``resolve`` (the one resolver), ``resolved`` (``ResolvedRun``), ``render`` (DeepSpeed JSON and
-estimate setup from it)."""
+"""The model of a run behind every command: ``groups`` (the options, one dataclass per concern,
+each with its "auto" rules), ``schema`` (all groups in ``RunOptions``, the option table),
+``field`` (how one option is declared and parsed), ``inputs`` (default < --config file < flag),
+``machine`` (where it runs), ``resolve`` (the one resolver), ``run`` (``Run``: the resolved
+groups), ``render`` (DeepSpeed JSON and estimate setup from it)."""

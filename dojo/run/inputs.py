@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from dojo.errors import ConfigError
-from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS, by_key
-from dojo.run.options import short
+from dojo.run.field import short
+from dojo.run.schema import OPTIONS, RunOptions, by_key, command_options
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
-    """A run YAML (or JSON) file -> {option name: raw value}; unknown keys are refused."""
+    """A run YAML (or JSON) file -> {option name: typed value}; unknown keys are refused."""
     where = f"--config {str(path)!r}"
     data = _read_yaml(preset_path(str(path)), where)
     if data is None:
@@ -28,7 +28,7 @@ def load_file(path: str | Path) -> dict[str, Any]:
     for key, value in data.items():
         name = str(key).replace("-", "_")
         opt = keys.get(name)
-        if opt is None or opt.name not in COMMAND_OPTIONS["train"]:
+        if opt is None or "train" not in opt.commands:
             close = difflib.get_close_matches(name, sorted(keys), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}?" if close else "see 'dojo train --help'"
             raise ConfigError(f"{where}: unknown key {short(key)}", hint=hint)
@@ -36,7 +36,8 @@ def load_file(path: str | Path) -> dict[str, Any]:
             raise ConfigError(
                 f"{where}: {opt.name} is given twice (as {short(key)} too)", hint="keep one"
             )
-        out[opt.name] = opt.parse(value, f"{where}: {key}")
+        parsed = opt.parse(value, f"{where}: {key}")
+        out[opt.name] = opt.default if parsed is None and not opt.optional else parsed
     return out
 
 
@@ -51,15 +52,15 @@ def preset_path(ref: str) -> Path:
     return p
 
 
-def merge(command: str, file_values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
-    """Typed values of every option the command has: default < file < flag."""
-    values = {name: OPTIONS[name].default for name in COMMAND_OPTIONS[command]}
-    values.update({k: v for k, v in file_values.items() if k in values})
+def merge(command: str, file_values: dict[str, Any], flags: dict[str, Any]) -> RunOptions:
+    """Every option ``command`` takes, typed: default < file < flag."""
+    names = command_options(command)
+    values = {k: v for k, v in file_values.items() if k in names}
     shown = flags.get("__spelled__", {})
     for name, raw in flags.items():
-        if raw is not None and name in OPTIONS:
+        if raw is not None and name in names:
             values[name] = OPTIONS[name].parse(raw, shown.get(name))
-    return values
+    return RunOptions.from_values(values)
 
 
 def given(flags: dict[str, Any]) -> set[str]:
@@ -81,10 +82,24 @@ def _read_yaml(p: Path, where: str) -> Any:
     return load_yaml(p, what=where, max_bytes=1 << 20)
 
 
-def to_yaml(values: dict[str, Any]) -> str:
-    """The resolved options as a YAML run file that ``dojo train --config FILE`` reads back."""
+def to_yaml(options: RunOptions, command: str = "train") -> str:
+    """The options as a YAML run file that ``dojo train --config FILE`` reads back, one section
+    per group, each option with its help as a comment."""
     import yaml
 
-    plain = {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items()}
-    head = "# dojo train --config THIS_FILE  (every option; edit and re-run)\n"
-    return head + yaml.safe_dump(plain, sort_keys=False, default_flow_style=False)
+    from dojo.run.schema import GROUPS
+
+    names = set(command_options(command))
+    lines = ["# dojo train --config THIS_FILE  (every option; edit and re-run)"]
+    for g, (panel, _) in GROUPS.items():
+        group = getattr(options, g)
+        rows = [o for o in OPTIONS.values() if o.group == g and o.name in names]
+        if not rows:
+            continue
+        lines += ["", f"# {panel}"]
+        for o in rows:
+            value = getattr(group, o.name)
+            value = list(value) if isinstance(value, tuple) else value
+            text = yaml.safe_dump({o.name: value}, default_flow_style=True, width=10**6).strip()
+            lines.append(f"{text[1:-1] if text.startswith('{') else text}  # {o.help[:80]}")
+    return "\n".join(lines) + "\n"

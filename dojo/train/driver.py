@@ -13,7 +13,8 @@ from typing import Any
 from dojo import _io, _output
 from dojo.errors import LaunchError
 from dojo.run import inputs, render, resolve
-from dojo.run.resolved import ResolvedRun
+from dojo.run.run import Run
+from dojo.run.schema import RunOptions
 from dojo.train import checkpoints, launch, preflight, rank_status, vocab
 from dojo.train.preflight import Plan
 
@@ -21,33 +22,34 @@ RECORD = "train.json"
 
 
 def plan(
-    values: dict[str, Any], given: set[str], *, force: bool, dry_run: bool = False,
+    options: RunOptions, given: set[str], *, force: bool, dry_run: bool = False,
     present: list[Any] | None = None,
 ) -> Plan:  # fmt: skip
     """Every check, cheapest first; raises one DojoError on the first failure."""
     from dojo.gpus import list_gpus
 
     found = list_gpus() if present is None else present
-    machine, devices, notes = preflight.place(values, found, dry_run=dry_run)
-    preflight.check_extras(values["method"], devices, dry_run=dry_run)
+    machine, devices, notes = preflight.place(options.devices, found, dry_run=dry_run)
+    preflight.check_extras(options.model.method, devices, dry_run=dry_run)
     per_node = devices.world_size or max(1, len(found))
-    resolve.resolve(values, machine=machine, gpus=devices.ids, gpus_per_node=per_node, given=given)
-    kind, spec = preflight.resolve_model(values["model"], values["revision"], dry_run=dry_run)
+    resolve.resolve(options, machine=machine, gpus=devices.ids, gpus_per_node=per_node, given=given)
+    model = options.model
+    kind, spec = preflight.resolve_model(model.model, model.revision, dry_run=dry_run)
 
     run = resolve.resolve(
-        values, machine=machine, spec=spec, gpus=devices.ids, gpus_per_node=per_node, given=given
+        options, machine=machine, spec=spec, gpus=devices.ids, gpus_per_node=per_node, given=given
     )
     preflight.check_init(run, kind)
-    preflight.check_template(run.template, run.model, kind)
-    added = vocab.check_before_launch(run, run.model if kind == "local" else None)
-    data = run.data or preflight.default_data()
-    data_info = preflight.check_data(data, columns=run.data_columns, ratios=run.data_ratios)
+    preflight.check_template(run.model.template, run.model.model, kind)
+    added = vocab.check_before_launch(run, run.model.model if kind == "local" else None)
+    data = run.data.data or preflight.default_data()
+    data_info = preflight.check_data(data, columns=run.data.data_columns, ratios=run.data.data_ratios)
     eval_info = preflight.check_eval_data(run, data_info)
     preflight.check_output(run, spec, force=force)
     resume_from = preflight.check_resume(run, kind)
     est, fit_notes = fit_check(run, spec, machine, force=force)
     notes += fit_notes
-    if devices.kind == "cuda" and run.num_nodes == 1:
+    if devices.kind == "cuda" and run.devices.num_nodes == 1:
         notes += occupied_check(est.gpu_total_gib, found, devices.ids, force=force)
     notes.append("data: " + data_info["summary"])
     if eval_info:
@@ -55,7 +57,7 @@ def plan(
     if added:
         notes.append(f"note: the template's tokens {', '.join(added)} are not in the vocabulary: "
                      "they will be added and their embedding rows trained")  # fmt: skip
-    if run.trust_remote_code:
+    if run.model.trust_remote_code:
         notes.append("warning: --trust-remote-code is ON: the model's own Python code will run")
     notes += stage_advice(run)
     return Plan(run, devices, kind, spec, tuple(data), data_info, resume_from, est, tuple(notes))
@@ -73,12 +75,12 @@ def header(p: Plan) -> str:
     est = ""
     if devices.kind == "cuda" and p.estimate is not None:
         est = f", estimate {p.estimate.gpu_total_gib:.2f} GiB per GPU"
-    return f"dojo train: {run.method}, ZeRO-{run.zero}, {where}, {run.precision}{est}"
+    return f"dojo train: {run.model.method}, ZeRO-{run.zero.stage}, {where}, {run.kernels.precision}{est}"
 
 
-def stage_advice(run: ResolvedRun) -> list[str]:
+def stage_advice(run: Run) -> list[str]:
     """Say where a stage buys nothing; never change what the user asked for."""
-    if run.zero == 3 and run.world_size == 1 and run.adapters and run.offload_param == "none":
+    if run.zero.stage == 3 and run.world_size == 1 and run.model.adapters and run.zero.offload_param == "none":
         one = "one CPU process" if run.device == "cpu" else "one GPU"
         return [
             f"note: ZeRO-3 on {one} shards nothing; with a frozen base it only adds per-layer "
@@ -88,7 +90,7 @@ def stage_advice(run: ResolvedRun) -> list[str]:
     return []
 
 
-def fit_check(run: ResolvedRun, spec: Any, machine: Any, *, force: bool) -> tuple[Any, list[str]]:
+def fit_check(run: Run, spec: Any, machine: Any, *, force: bool) -> tuple[Any, list[str]]:
     """dojo estimate for this exact run. "does not fit": the table and a stop (unless --force);
     "tight" (within 5% of the card, where the allocator thrashes): a warning. Host RAM is only
     ever a warning: MemTotal can read low on machines whose RAM grows on demand (balloon VMs)."""
@@ -153,30 +155,30 @@ def occupied_check(
     return [f"note: GPUs shared with other processes: {shared}; this run fits in what is free"]
 
 
-def _suggestions(run: ResolvedRun, *, host: bool = False) -> list[str]:
+def _suggestions(run: Run, *, host: bool = False) -> list[str]:
     out = []
     if host:  # offloaded states exceed host RAM: shard over more ranks, shrink or stop offloading
-        if run.zero < 3:
+        if run.zero.stage < 3:
             out.append("--zero 3 (pins less host memory)")
-        if run.method == "full":
+        if run.model.method == "full":
             out.append("--method lora")
         out.append("--offload none")
         return out
-    if run.zero < 3:
-        out.append(f"--zero {run.zero + 1}")
-    if run.offload_optimizer == "none" and run.zero > 0:
+    if run.zero.stage < 3:
+        out.append(f"--zero {run.zero.stage + 1}")
+    if run.zero.offload == "none" and run.zero.stage > 0:
         out.append("--offload cpu")
-    if not run.grad_ckpt:
+    if not run.kernels.grad_ckpt:
         out.append("--grad-ckpt")
-    if run.micro_batch > 1:
-        out.append(f"--micro-batch {max(1, run.micro_batch // 2)}")
-    if run.method == "full":
+    if run.loop.micro_batch > 1:
+        out.append(f"--micro-batch {max(1, run.loop.micro_batch // 2)}")
+    if run.model.method == "full":
         out.append("--method lora")
     return out
 
 
 def record(p: Plan, run_dir: Path, model_path: str, tokenizer_path: str) -> dict[str, Any]:
-    """train.json: the ResolvedRun, the paths the launcher decided, and the estimate."""
+    """train.json: the Run, the paths the launcher decided, and the estimate."""
     est = p.estimate
     return {
         "run": p.run.to_dict(),
@@ -203,30 +205,30 @@ def main(
 ) -> int:  # fmt: skip
     started = time.monotonic()
     file_values = inputs.load_file(config_path) if config_path is not None else {}
-    values = inputs.merge("train", file_values, flags)
+    options = inputs.merge("train", file_values, flags)
     given = inputs.given(flags) | set(file_values)
     if print_config:
-        _output.echo(inputs.to_yaml(values))
+        _output.echo(inputs.to_yaml(options))
         return 0
-    p = plan(values, given, force=force, dry_run=dry_run)
+    p = plan(options, given, force=force, dry_run=dry_run)
     run = p.run
-    run_dir = Path(run.output_dir).resolve()
+    run_dir = Path(run.output.output_dir).resolve()
     ds = render.ds_config(run, p.spec)
     from dojo.zero.explain import explain_optim_sched
 
-    port = run.master_port or launch.free_port()
+    port = run.devices.master_port or launch.free_port()
     cmd = launch.build_command(run, run_dir, p.devices, port)
-    env = launch.launch_env(p.devices, expandable=run.expandable_segments)
+    env = launch.launch_env(p.devices, expandable=run.kernels.expandable)
     for line in p.notes:
         _output.info(line)
     for line in run.assumed:
         _output.info(f"assumed: {line}")
-    for line in explain_optim_sched(ds, run.hf_optim, run.lr_scheduler):
+    for line in explain_optim_sched(ds, run.loop.hf_optim, run.loop.lr_scheduler):
         _output.info(line)
     _output.info(header(p))
     model_path, tokenizer_path = _prepare_model(p, run_dir)
     rec = record(p, run_dir, model_path, tokenizer_path)
-    _write_run_files(run_dir, rec, ds, force=force or run.resume, dry_run=dry_run)
+    _write_run_files(run_dir, rec, ds, force=force or run.output.resume, dry_run=dry_run)
     shown = launch.format_command(cmd, env)
     if dry_run:
         _output.info(f"run files: {run_dir / RECORD}, {run_dir / 'ds_config.json'}")
@@ -277,7 +279,7 @@ def final_line(run_dir: Path, wall_s: float) -> str:
 def _prepare_model(p: Plan, run_dir: Path) -> tuple[str, str]:
     """(model path, tokenizer path); the tiny default is written into the run folder."""
     if p.model_kind != "tiny":
-        model = str(p.run.model)
+        model = str(p.run.model.model)
         ref = str(Path(model).expanduser().resolve()) if p.model_kind == "local" else model
         return ref, ref
     import importlib.util
@@ -314,7 +316,7 @@ def _write_run_files(
     _io.write_text_atomic(run_dir / "ds_config.json", json.dumps(ds, indent=2) + "\n", force=True)
 
 
-def load_record(path: str | Path) -> tuple[ResolvedRun, dict[str, Any]]:
-    """train.json -> (the ResolvedRun, the rest of the record); what the worker reads."""
+def load_record(path: str | Path) -> tuple[Run, dict[str, Any]]:
+    """train.json -> (the Run, the rest of the record); what the worker reads."""
     rec = json.loads(Path(path).read_text(encoding="utf-8"))
-    return ResolvedRun.from_dict(rec["run"]), rec
+    return Run.from_dict(rec["run"]), rec

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dojo.run.machine import with_expandable
-from dojo.run.resolved import ResolvedRun
+from dojo.run.run import Run
 
 WORKER_MODULE = "dojo.train.worker"
 # After forwarding Ctrl-C, give the ranks this long to exit before SIGKILL (s): DeepSpeed's
@@ -79,7 +79,7 @@ def launch_env(
 
 
 def build_command(
-    cfg: ResolvedRun,
+    run: Run,
     run_dir: str | Path,
     devices: Devices,
     master_port: int,
@@ -88,14 +88,14 @@ def build_command(
     """The exact runner argv: --include picks the GPUs (the runner ignores CUDA_VISIBLE_DEVICES
     whenever --include/--num_gpus is given: DeepSpeed #662, #2980), --module runs the worker."""
     cmd = [python, "-m", "deepspeed.launcher.runner"]
-    if cfg.hostfile is not None:
+    if run.devices.hostfile is not None:
         # Multi-node: the hostfile lists the machines and their slots; --include would clash
         # with --num_nodes ("Cannot specify num_nodes/gpus with include/exclude").
-        cmd += ["--hostfile", str(cfg.hostfile)]
-        if cfg.num_nodes > 1:
-            cmd += ["--num_nodes", str(cfg.num_nodes)]
-        if cfg.master_addr is not None:
-            cmd += ["--master_addr", cfg.master_addr]
+        cmd += ["--hostfile", str(run.devices.hostfile)]
+        if run.devices.num_nodes > 1:
+            cmd += ["--num_nodes", str(run.devices.num_nodes)]
+        if run.devices.master_addr is not None:
+            cmd += ["--master_addr", run.devices.master_addr]
     else:
         cmd += ["--include", "localhost:" + ",".join(str(i) for i in devices.ids)]
     cmd += ["--master_port", str(master_port)]

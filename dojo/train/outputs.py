@@ -1,6 +1,6 @@
 """What a finished run folder holds, for `dojo chat` and `dojo export`: torch-free checks.
 
-``inspect(RUN_DIR)`` reads RUN_DIR/train.json (the ResolvedRun and the paths the launcher chose)
+``inspect(RUN_DIR)`` reads RUN_DIR/train.json (the Run and the paths the launcher chose)
 and says what to load: a full model, a LoRA/QLoRA adapter with its base, or RUN_DIR/merged. A
 ``checkpoint-N`` folder of a run works too (the record is its parent's). Every problem is one
 DojoError naming RUN_DIR and the fix; nothing here imports torch.
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dojo.errors import DojoError, MissingExtraError, TemplateError
-from dojo.run.resolved import ResolvedRun
+from dojo.run.run import Run
 from dojo.train.preflight import DRY_RUN_MARK, has_weights
 
 RECORD = "train.json"  # = dojo.train.driver.RECORD (not imported: the driver pulls in the launcher)
@@ -29,7 +29,7 @@ class RunOutput:
 
     folder: Path
     """The folder given on the command line (a run folder or one of its checkpoint-N)."""
-    run: ResolvedRun
+    run: Run
     kind: str
     """full | adapter | merged."""
     weights: Path
@@ -44,7 +44,7 @@ class RunOutput:
 
     def describe(self) -> str:
         if self.kind == "adapter":
-            return f"{self.run.method} adapter {self.weights} on {self.base}"
+            return f"{self.run.model.method} adapter {self.weights} on {self.base}"
         return f"{'merged model' if self.kind == 'merged' else 'model'} {self.weights}"
 
 
@@ -68,7 +68,7 @@ def inspect(path: str | Path, *, use_merged: bool = True, flag: str = "RUN_DIR")
     run, rec = read_record(root / RECORD, where)
     paths = rec.get("paths") or {}
     rebase = _rebaser(str(paths.get("run_dir") or root), root)
-    model_tokenizer = rebase(str(paths.get("tokenizer") or run.model or ""))
+    model_tokenizer = rebase(str(paths.get("tokenizer") or run.model.model or ""))
     tokenizer = str(folder) if _has_tokenizer(folder) else model_tokenizer
     merged = folder / MERGED
     adapter = (folder / "adapter_config.json").is_file() and any(
@@ -85,12 +85,12 @@ def inspect(path: str | Path, *, use_merged: bool = True, flag: str = "RUN_DIR")
     raise _no_model(folder, run, where)
 
 
-def read_record(path: Path, where: str) -> tuple[ResolvedRun, dict[str, Any]]:
+def read_record(path: Path, where: str) -> tuple[Run, dict[str, Any]]:
     import json
 
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
-        return ResolvedRun.from_dict(rec["run"]), rec
+        return Run.from_dict(rec["run"]), rec
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DojoError(
             f"{where}: {path.name} cannot be read ({type(e).__name__}: {e})",
@@ -135,13 +135,13 @@ def _base(model: str, root: Path, rec: dict[str, Any], where: str) -> str:
     )
 
 
-def _no_model(folder: Path, run: ResolvedRun, where: str) -> DojoError:
+def _no_model(folder: Path, run: Run, where: str) -> DojoError:
     if (folder / DRY_RUN_MARK).exists():
         return DojoError(
             f"{where} is a dry run: nothing was trained",
             hint="run the printed command, or `dojo train` without --dry-run",
         )
-    if not run.save_model:
+    if not run.output.save_model:
         return DojoError(
             f"{where} has no model: the run was trained with --no-save-model",
             hint="train with --save-model (the default) to write the model or adapter",
@@ -167,8 +167,8 @@ def template_ref(out: RunOutput, override: str | None = None) -> tuple[str, str]
     own from its tokenizer folder (as pick_template does), else the tokenizer the run saved."""
     if override:
         return override, "--template"
-    if out.run.template:
-        tpl = out.run.template
+    if out.run.model.template:
+        tpl = out.run.model.template
         if _looks_like_file(tpl) and not Path(tpl).expanduser().exists():
             raise TemplateError(
                 f"the run's --template {tpl!r} is not there any more",

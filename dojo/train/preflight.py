@@ -16,7 +16,8 @@ from dojo import _output
 from dojo import gpus as gpus_mod
 from dojo.errors import DataError, EstimateError, LaunchError, MissingExtraError
 from dojo.run.machine import Machine, assumed_cuda, host_memory_gib, local
-from dojo.run.resolved import ResolvedRun
+from dojo.run.groups.devices import DeviceOptions
+from dojo.run.run import Run
 from dojo.train import checkpoints
 from dojo.train.launch import Devices
 
@@ -41,7 +42,7 @@ WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.
 class Plan:
     """The checked, resolved run: what the CLI writes to train.json and launches."""
 
-    run: ResolvedRun
+    run: Run
     devices: Devices
     model_kind: str
     """tiny (bundled config, random weights) | local (folder) | hub (id, downloaded by the worker)."""
@@ -56,22 +57,22 @@ class Plan:
 
 
 def place(
-    values: dict[str, Any], present: list[Any], *, dry_run: bool
+    opts: DeviceOptions, present: list[Any], *, dry_run: bool
 ) -> tuple[Machine, Devices, list[str]]:
     """Where the ranks run: --nproc CPU processes, --gpus/--num-gpus/all GPUs, or the hostfile.
 
     GPUs named on a machine without them are refused, except with --dry-run, which plans them
     for an assumed CUDA machine (the printed command is for that machine)."""
     notes: list[str] = []
-    gpus, num, nproc = values["gpus"], values["num_gpus"], values["nproc"]
+    gpus, num, nproc = opts.gpus, opts.num_gpus, opts.nproc
     if sum(x is not None for x in (gpus, num, nproc)) > 1:
         raise LaunchError(
             "--gpus, --num-gpus and --nproc exclude each other",
             hint="--gpus 0,1 names GPUs, --num-gpus 2 counts them, --nproc N is for CPU runs",
         )
-    if values["hostfile"] is None and values["num_nodes"] > 1:
+    if opts.hostfile is None and opts.num_nodes > 1:
         raise LaunchError(
-            f"--num-nodes {values['num_nodes']} needs --hostfile FILE listing the machines",
+            f"--num-nodes {opts.num_nodes} needs --hostfile FILE listing the machines",
             hint="see DeepSpeed's hostfile format: one 'host slots=N' line per machine",
         )
     if nproc is not None:
@@ -79,7 +80,7 @@ def place(
     here = sorted(g.index for g in present)
     if present:
         machine = local(present)
-    if values["hostfile"] is not None:
+    if opts.hostfile is not None:
         if gpus not in (None, "all"):
             raise LaunchError(
                 f"--gpus {gpus} with --hostfile: the hostfile's slots= choose the GPUs per machine",
@@ -212,11 +213,11 @@ def has_weights(folder: str | Path) -> bool:
     return p.is_dir() and any(any(p.glob(pattern)) for pattern in WEIGHT_FILES)
 
 
-def check_init(run: ResolvedRun, model_kind: str) -> None:
+def check_init(run: Run, model_kind: str) -> None:
     """A model folder without weights trains random weights only when asked (--init random)."""
-    if model_kind == "local" and run.init == "pretrained" and not has_weights(str(run.model)):
+    if model_kind == "local" and run.model.init == "pretrained" and not has_weights(str(run.model.model)):
         raise LaunchError(
-            f"--model {run.model}: the folder has a config.json but no weights "
+            f"--model {run.model.model}: the folder has a config.json but no weights "
             "(*.safetensors or pytorch_model*.bin)",
             hint="copy the weights there, or pass --init random to train from seeded random weights",
         )
@@ -279,65 +280,65 @@ def check_data(
     return info
 
 
-def check_eval_data(run: ResolvedRun, train_info: dict[str, Any]) -> str:
+def check_eval_data(run: Run, train_info: dict[str, Any]) -> str:
     """--eval-data is checked like --data; --eval-split must leave rows on both sides. Returns
     the line to print ("" without eval)."""
-    if run.eval_data:
-        info = check_data(run.eval_data, flag="--eval-data", columns=run.data_columns)
+    if run.data.eval_data:
+        info = check_data(run.data.eval_data, flag="--eval-data", columns=run.data.data_columns)
         return str(info["summary"])
-    if run.eval_split is None:
+    if run.data.eval_split is None:
         return ""
     n = train_info["valid"]
-    held = max(1, round(n * run.eval_split))
+    held = max(1, round(n * run.data.eval_split))
     if not train_info["passthrough"] and n - held < 1:
         raise DataError(
-            f"--eval-split {run.eval_split}: {n} valid row(s), none would be left to train on",
+            f"--eval-split {run.data.eval_split}: {n} valid row(s), none would be left to train on",
             hint="add rows, or give held-out rows with --eval-data FILE",
         )
-    return f"{held} of {n} valid rows held out (--eval-split {run.eval_split}, seed {run.seed})"
+    return f"{held} of {n} valid rows held out (--eval-split {run.data.eval_split}, seed {run.loop.seed})"
 
 
-def check_output(run: ResolvedRun, spec: Any, *, force: bool) -> None:
+def check_output(run: Run, spec: Any, *, force: bool) -> None:
     """Writable, enough free disk, and no earlier run overwritten without --force."""
-    out = Path(run.output_dir)
+    out = Path(run.output.output_dir)
     if out.exists() and not out.is_dir():
-        raise LaunchError(f"--output-dir {run.output_dir}: is a file", hint="choose a folder path")
+        raise LaunchError(f"--output-dir {run.output.output_dir}: is a file", hint="choose a folder path")
     parent = out
     while not parent.exists():
         parent = parent.parent
     if not os.access(parent, os.W_OK):
         raise LaunchError(
-            f"--output-dir {run.output_dir}: {parent} is not writable", hint="choose another folder"
+            f"--output-dir {run.output.output_dir}: {parent} is not writable", hint="choose another folder"
         )
     held = {p.name for p in out.iterdir()} if out.is_dir() else set()
     planned_only = DRY_RUN_MARK in held and held <= DRY_RUN_FILES
-    if held and not planned_only and not run.resume and not force:
+    if held and not planned_only and not run.output.resume and not force:
         raise LaunchError(
-            f"--output-dir {run.output_dir} already holds files (an earlier run?)",
+            f"--output-dir {run.output.output_dir} already holds files (an earlier run?)",
             hint="pass --resume to continue it, --force to train into it anyway, or choose another folder",
         )
     if spec is not None:
-        trainable = spec.params if run.method == "full" else spec.lora_params(run.lora_r)
+        trainable = spec.params if run.model.method == "full" else spec.lora_params(run.lora.lora_r)
         per_ckpt = trainable * _CKPT_BYTES_PER_PARAM
-        final = spec.params * 2 if run.method == "full" or run.merge else trainable * 2
-        final = final if run.save_model else 0  # --no-save-model writes no final weights
-        n_ckpt = run.save_total_limit if run.save_steps > 0 else 0
+        final = spec.params * 2 if run.model.method == "full" or run.lora.merge else trainable * 2
+        final = final if run.output.save_model else 0  # --no-save-model writes no final weights
+        n_ckpt = run.output.save_total_limit if run.output.save_steps > 0 else 0
         need = int((per_ckpt * n_ckpt + final) * _DISK_MARGIN)
         free = shutil.disk_usage(parent).free
         if free < need:
             what = f"{n_ckpt} checkpoints" + (" + final weights" if final else "")
             raise LaunchError(
-                f"--output-dir {run.output_dir}: {free / GIB:.1f} GiB free, this run writes about "
+                f"--output-dir {run.output.output_dir}: {free / GIB:.1f} GiB free, this run writes about "
                 f"{need / GIB:.1f} GiB ({what})",
                 hint="free disk space, lower --save-total-limit, or choose a folder on a larger disk",
             )
 
 
-def check_resume(run: ResolvedRun, model_kind: str = "tiny") -> str | None:
+def check_resume(run: Run, model_kind: str = "tiny") -> str | None:
     """The checkpoint to continue from; other settings than it was trained with are refused."""
     from dojo.train import resume_check
 
-    if not run.resume:
+    if not run.output.resume:
         return None
     new = resume_check.new_run(run, model_kind)
-    return str(checkpoints.resume_point(run.output_dir, run.world_size, new=new))
+    return str(checkpoints.resume_point(run.output.output_dir, run.world_size, new=new))

@@ -37,7 +37,7 @@ RECORD_NAMES = ("run.json", "train.json")
 
 
 def flat(record: dict[str, Any]) -> dict[str, Any]:
-    """A train.json record ({"run": ResolvedRun, "paths": ...}) in the keys markers use."""
+    """A train.json record ({"run": Run, "paths": ...}) in the keys markers use."""
     run = record.get("run")
     if not isinstance(run, dict):
         return record  # a marker, or an older flat record
@@ -150,8 +150,8 @@ def refuse_mismatch(ckpt: Path, output_dir: str | Path, new: dict[str, Any]) -> 
 
 
 def new_run(run: Any, model_kind: str) -> dict[str, Any]:
-    """This run's side for resume_point(new=...), from its ResolvedRun (what train.json will say)."""
-    model = run.model
+    """This run's side for resume_point(new=...), from its Run (what train.json will say)."""
+    model = run.model.model
     if model_kind == "local" and model is not None:
         model = str(Path(model).expanduser().resolve())
     return flat({"run": run.to_dict(), "model_kind": model_kind, "paths": {"model": model}})

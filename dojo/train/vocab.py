@@ -95,7 +95,7 @@ def check_before_launch(run: Any, model_dir: str | None) -> list[str]:
 
     from dojo.chat.template import load_template
 
-    if model_dir is None or run.template is None:
+    if model_dir is None or run.model.template is None:
         return []  # the model's own template: its tokens are the tokenizer's
     folder = Path(model_dir).expanduser()
     if not (folder / "tokenizer.json").is_file():
@@ -110,7 +110,7 @@ def check_before_launch(run: Any, model_dir: str | None) -> list[str]:
         tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     except Exception:  # unreadable files, and tokenizers raises its own Exception type
         return []
-    missing = split_markers(tok, required_markers(load_template(run.template)))
-    if missing and run.adapters:
-        refuse_for_adapters(missing, run.modules_to_save)
+    missing = split_markers(tok, required_markers(load_template(run.model.template)))
+    if missing and run.model.adapters:
+        refuse_for_adapters(missing, run.lora.modules_to_save)
     return missing

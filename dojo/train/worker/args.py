@@ -1,4 +1,4 @@
-"""``TrainingArguments`` and Trainer callbacks from the ResolvedRun (worker side: imports torch).
+"""``TrainingArguments`` and Trainer callbacks from the Run (worker side: imports torch).
 
 Every value here was decided by ``dojo.run.resolve``; this module only spells it in the
 Trainer's words.
@@ -31,48 +31,49 @@ is named off here; left unnamed, a kernel keeps its default (on)."""
 def build_training_args(job: Any) -> TrainingArguments:
     """Before the model: with ZeRO-3 this arms zero.Init so weights load already sharded."""
     run = job.run
-    prec = run.precision
-    save = run.save_steps > 0
+    prec = run.kernels.precision
+    save = run.output.save_steps > 0
     os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(job.run_dir) / "tensorboard"))
-    compile_ = bool(run.compile)
+    compile_ = bool(run.kernels.compiled)
     if compile_:
         # accelerate then compiles each repeated block in place (compile_regions_deepspeed on the
         # engine's module): one Inductor compile shared by all layers, DeepSpeed's hooks kept.
         os.environ["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = "1"
     # transformers 5 reads warmup_steps < 1 as a fraction of the total steps (warmup_ratio's
     # replacement); resolve keeps the ratio at most 0.5 and the two options exclusive.
-    warmup: float = run.warmup_ratio if run.warmup_ratio is not None else run.warmup_steps
+    logging = run.output.logging_steps
+    warmup: float = run.loop.warmup_ratio if run.loop.warmup_ratio is not None else run.loop.warmup_steps
     return TrainingArguments(
         output_dir=job.run_dir,
-        per_device_train_batch_size=run.micro_batch,
-        per_device_eval_batch_size=run.micro_batch,
-        gradient_accumulation_steps=run.grad_accum,
-        learning_rate=run.lr,
-        num_train_epochs=run.epochs,
-        max_steps=run.max_steps if run.max_steps is not None else -1,
+        per_device_train_batch_size=run.loop.micro_batch,
+        per_device_eval_batch_size=run.loop.micro_batch,
+        gradient_accumulation_steps=run.loop.grad_accum,
+        learning_rate=run.loop.lr,
+        num_train_epochs=run.loop.epochs,
+        max_steps=run.loop.max_steps if run.loop.max_steps is not None else -1,
         warmup_steps=warmup,
-        lr_scheduler_type=run.lr_scheduler,
-        weight_decay=run.weight_decay,
-        max_grad_norm=run.max_grad_norm,
-        neftune_noise_alpha=run.neftune_alpha,
-        optim=run.hf_optim,  # with --optimizer ds the JSON's block wins; this is never built
+        lr_scheduler_type=run.loop.lr_scheduler,
+        weight_decay=run.loop.weight_decay,
+        max_grad_norm=run.loop.max_grad_norm,
+        neftune_noise_alpha=run.loop.neftune_alpha,
+        optim=run.loop.hf_optim,  # with --optimizer ds the JSON's block wins; this is never built
         bf16=prec == "bf16",
         fp16=prec == "fp16",
-        gradient_checkpointing=run.grad_ckpt,
+        gradient_checkpointing=run.kernels.grad_ckpt,
         # Reentrant checkpointing (transformers' own default when unset): non-reentrant's
         # saved-tensor hooks cost host time on every saved tensor, and small-model steps are
         # host-bound (H200, 1B QLoRA ZeRO-2: +19% tokens/s, docs/benchmarks.md session 5). Its
         # one need, an input that requires grad, apply_lora / prepare_model_for_kbit_training
         # meet with enable_input_require_grads.
-        gradient_checkpointing_kwargs={"use_reentrant": True} if run.grad_ckpt else None,
-        logging_steps=run.logging_steps if run.logging_steps is not None else LOGGING_RATIO,
+        gradient_checkpointing_kwargs={"use_reentrant": True} if run.kernels.grad_ckpt else None,
+        logging_steps=logging if logging != "auto" else LOGGING_RATIO,
         save_strategy="steps" if save else "no",
-        save_steps=run.save_steps if save else 500,
-        save_total_limit=run.save_total_limit,
+        save_steps=run.output.save_steps if save else 500,
+        save_total_limit=run.output.save_total_limit,
         **eval_args(run),
-        seed=run.seed,
-        data_seed=run.seed,
-        report_to=list(run.report_to) or "none",
+        seed=run.loop.seed,
+        data_seed=run.loop.seed,
+        report_to=run.output.report_to,
         disable_tqdm=True,  # dojo's own progress (rich bar / plain lines) on rank 0
         deepspeed=job.ds_config,
         # Counted on the host by DojoTrainer (dojo.train.worker.trainer): HF's own count reads
@@ -83,8 +84,8 @@ def build_training_args(job: Any) -> TrainingArguments:
         logging_nan_inf_filter=False,
         # Liger: fused RMSNorm/SwiGLU/RoPE and the fused linear cross-entropy that never
         # materialises the fp32 logits (the peak with 128k+ vocabularies).
-        use_liger_kernel=bool(run.liger),
-        liger_kernel_config=LIGER_LOSS_ONLY if run.liger and not run.liger_kernels else None,
+        use_liger_kernel=bool(run.kernels.fused_loss),
+        liger_kernel_config=LIGER_LOSS_ONLY if run.kernels.fused_loss and not run.kernels.liger_kernels else None,
         torch_compile=compile_,
         remove_unused_columns=False,
         # Two loader processes on a GPU (the plain script's setting): collating off the main
@@ -100,23 +101,23 @@ def build_training_args(job: Any) -> TrainingArguments:
 def eval_args(run: Any) -> dict[str, Any]:
     """Eval every ``eval_steps`` (transformers adds one at the last step); the best checkpoint by
     eval loss is tracked always and loaded at the end with keep_best."""
-    if not run.evaluates:
+    if not run.data.evaluates:
         return {"eval_strategy": "no"}
     return {
         "eval_strategy": "steps",
-        "eval_steps": run.eval_steps,
+        "eval_steps": run.loop.eval_steps,
         "metric_for_best_model": "eval_loss",
         "greater_is_better": False,
-        "load_best_model_at_end": run.keep_best,
+        "load_best_model_at_end": run.loop.keep_best == "on",
     }
 
 
 def eval_callbacks(run: Any) -> list[Any]:
-    if run.early_stopping is None:
+    if run.loop.early_stopping is None:
         return []
     from transformers import EarlyStoppingCallback
 
-    return [EarlyStoppingCallback(early_stopping_patience=run.early_stopping)]
+    return [EarlyStoppingCallback(early_stopping_patience=run.loop.early_stopping)]
 
 
 def fit_z3_leaf(model: Any, training_args: TrainingArguments, run: Any) -> None:
@@ -124,19 +125,20 @@ def fit_z3_leaf(model: Any, training_args: TrainingArguments, run: Any) -> None:
     loaded model. If it does not (an unusual class name), transformers' own ``_no_split_modules``
     (the decoder layer) replaces it in the live DeepSpeed config before the engine reads it, so
     each layer is still gathered whole; with neither, per-module hooks stay and that is said."""
-    if run.zero != 3 or not run.z3_leaf:
+    if not run.zero.leaf_classes:
         return
+    leaf = run.zero.leaf_classes[0]
     names = {type(m).__name__ for m in model.modules()}
-    if run.z3_leaf[0] in names:
+    if leaf in names:
         return
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     own = [n for n in (getattr(base, "_no_split_modules", None) or []) if n in names]
     zero = training_args.hf_deepspeed_config.config["zero_optimization"]
-    classes = [c for c in zero.get("leaf_module", {}).get("classes", []) if c != run.z3_leaf[0]]
+    classes = [c for c in zero.get("leaf_module", {}).get("classes", []) if c != leaf]
     if own:
         zero["leaf_module"] = {"classes": [own[0], *classes]}
-        print0(f"ZeRO-3: no {run.z3_leaf[0]} in this model; its decoder layer {own[0]} is the leaf")
+        print0(f"ZeRO-3: no {leaf} in this model; its decoder layer {own[0]} is the leaf")
     else:
         zero.pop("leaf_module", None)
-        print0(f"warning: ZeRO-3: no {run.z3_leaf[0]} in this model: DeepSpeed's per-module "
+        print0(f"warning: ZeRO-3: no {leaf} in this model: DeepSpeed's per-module "
                "hooks stay (slower; the estimate assumed one gather per layer)")  # fmt: skip

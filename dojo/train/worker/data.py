@@ -20,9 +20,9 @@ def pick_template(job: Any, tokenizer: Any) -> Any:
     from dojo.chat.template import ChatTemplate, load_template
     from dojo.errors import TemplateError
 
-    if run.template:
-        tpl = load_template(run.template, flag="--template")
-        if tpl.bos_token is None and tpl.eos_token is None and Path(run.template).is_file():
+    if run.model.template:
+        tpl = load_template(run.model.template, flag="--template")
+        if tpl.bos_token is None and tpl.eos_token is None and Path(run.model.template).is_file():
             # A bare .jinja file names no tokens: render with the tokenizer's, as
             # apply_chat_template would, so the reply's eos is trained (the stop token).
             return ChatTemplate.from_source(
@@ -35,12 +35,12 @@ def pick_template(job: Any, tokenizer: Any) -> Any:
         return load_template(folder, flag="--model")
     if not getattr(tokenizer, "chat_template", None):
         raise TemplateError(
-            f"--model {run.model}: the tokenizer has no chat template",
+            f"--model {run.model.model}: the tokenizer has no chat template",
             hint="pass --template NAME (see 'dojo chat-template list')",
         )
     return ChatTemplate.from_source(
         tokenizer.chat_template,
-        name=f"{run.model} (own)",
+        name=f"{run.model.model} (own)",
         bos_token=tokenizer.bos_token,
         eos_token=tokenizer.eos_token,
     )
@@ -75,7 +75,7 @@ def build(
 
     run = job.run
     template = template or pick_template(job, tokenizer)
-    packed, why = packing.packing_supported(model) if run.packing else (False, "")
+    packed, why = packing.packing_supported(model) if run.data.packing else (False, "")
     train, evals, info = tokenized.load_or_build(job, tokenizer, template, packed)
     print0(
         f"data: {info['used']} examples from {info['rows']} rows ({info['bad']} bad, "
@@ -94,7 +94,7 @@ def build(
     pad_id = (
         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     )
-    if run.packing:
+    if run.data.packing:
         info["packing"] = packed
         if packed:
             print0(f"packing: on ({why})")

@@ -24,7 +24,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from dojo.errors import DojoError
 from dojo.run.machine import conf_expandable
-from dojo.run.resolved import ResolvedRun
+from dojo.run.run import Run
 from dojo.train import rank_status
 from dojo.train.preflight import has_weights
 from dojo.train.worker import data as worker_data
@@ -48,9 +48,9 @@ INIT_DIR = "init-weights"
 
 @dataclass(frozen=True)
 class Job:
-    """What the parent wrote to RUN_DIR/train.json: the ResolvedRun and the paths it decided."""
+    """What the parent wrote to RUN_DIR/train.json: the Run and the paths it decided."""
 
-    run: ResolvedRun
+    run: Run
     run_dir: str
     ds_config: str
     model_path: str
@@ -64,7 +64,7 @@ def load_job(path: str) -> Job:
     rec = json.loads(Path(path).read_text(encoding="utf-8"))
     paths = rec["paths"]
     return Job(
-        run=ResolvedRun.from_dict(rec["run"]),
+        run=Run.from_dict(rec["run"]),
         run_dir=paths["run_dir"],
         ds_config=paths["ds_config"],
         model_path=paths["model"],
@@ -84,15 +84,15 @@ def materialize_random_weights(job: Job) -> str:
         return str(src)  # a Hub id, or a folder with weights
     out = Path(job.run_dir) / INIT_DIR
     if int(os.environ.get("LOCAL_RANK", "0")) == 0 and not has_weights(out):
-        torch.manual_seed(run.seed)
-        config = AutoConfig.from_pretrained(src, trust_remote_code=run.trust_remote_code)
-        dtype = _DTYPES[run.precision]
+        torch.manual_seed(run.loop.seed)
+        config = AutoConfig.from_pretrained(src, trust_remote_code=run.model.trust_remote_code)
+        dtype = _DTYPES[run.kernels.precision]
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
         tmp = out.with_name(f".{INIT_DIR}.{socket.gethostname()}.{os.getpid()}")
         model.save_pretrained(tmp, safe_serialization=True)
         config.save_pretrained(tmp)
         os.replace(tmp, out)  # the other ranks wait for the final name: never a half folder
-        print0(f"random weights (seed {run.seed}) written to {out}")
+        print0(f"random weights (seed {run.loop.seed}) written to {out}")
     deadline = time.monotonic() + 1800
     while not has_weights(out):  # the launcher kills us if local rank 0 fails
         if time.monotonic() > deadline:
@@ -132,29 +132,29 @@ def _safetensors(weights: str) -> bool | None:
     return True if folder.is_dir() and any(folder.glob("*.safetensors")) else None
 
 
-def hub_revision(run: ResolvedRun, source: str) -> dict[str, Any]:
+def hub_revision(run: Run, source: str) -> dict[str, Any]:
     """from_pretrained's ``revision`` for a Hub id (--revision); nothing for a local folder."""
-    return {"revision": run.revision} if run.revision and not Path(source).is_dir() else {}
+    return {"revision": run.model.revision} if run.model.revision and not Path(source).is_dir() else {}
 
 
-def load_model(run: ResolvedRun, weights: str) -> Any:
+def load_model(run: Run, weights: str) -> Any:
     """Full / LoRA: weights in the compute dtype. QLoRA: NF4 + double quant (bitsandbytes)."""
-    dtype = _DTYPES[run.precision]
-    attn = run.attn
+    dtype = _DTYPES[run.kernels.precision]
+    attn = run.kernels.attn
     if attn == "sdpa_varlen":  # dojo's own attention function: registered before the load
         from dojo.train.worker import varlen
 
         varlen.register()
     kw: dict[str, Any] = {
         "dtype": dtype,
-        "trust_remote_code": run.trust_remote_code,
+        "trust_remote_code": run.model.trust_remote_code,
         "attn_implementation": attn,
         **hub_revision(run, weights),
     }
-    if run.method == "qlora":
+    if run.model.method == "qlora":
         from transformers import BitsAndBytesConfig
 
-        zero3 = run.zero == 3
+        zero3 = run.zero.stage == 3
         kw["quantization_config"] = BitsAndBytesConfig(  # type: ignore[no-untyped-call]
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
@@ -170,51 +170,51 @@ def load_model(run: ResolvedRun, weights: str) -> Any:
         weights, use_safetensors=_safetensors(weights), **kw
     )
     model.config.use_cache = False  # the KV cache is useless in training and costs memory
-    if run.method == "qlora":
+    if run.model.method == "qlora":
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(  # type: ignore[no-untyped-call]
             model,
-            use_gradient_checkpointing=run.grad_ckpt,
+            use_gradient_checkpointing=run.kernels.grad_ckpt,
             gradient_checkpointing_kwargs={"use_reentrant": True},  # as the Trainer's (args.py)
         )
     return model
 
 
-def apply_lora(model: Any, run: ResolvedRun) -> Any:
+def apply_lora(model: Any, run: Run) -> Any:
     """PEFT LoRA on every linear layer but the head (PEFT's "all-linear"), or the named ones."""
-    if run.method == "full":
+    if run.model.method == "full":
         return model
     from peft import LoraConfig, get_peft_model
 
-    names = run.lora_target_names
+    names = run.lora.target_names
     target_modules: str | list[str] = "all-linear" if names is None else list(names)
     extra: dict[str, Any] = {}
-    if run.modules_to_save:
-        extra["modules_to_save"] = list(run.modules_to_save)
+    if run.lora.modules_to_save:
+        extra["modules_to_save"] = list(run.lora.modules_to_save)
         # Tied input/output embeddings stay one matrix when both are trained in full.
         extra["ensure_weight_tying"] = serving.is_tied(model)
     cfg = LoraConfig(
-        r=run.lora_r,
-        lora_alpha=run.lora_alpha,
-        lora_dropout=run.lora_dropout,
+        r=run.lora.lora_r,
+        lora_alpha=run.lora.lora_alpha,
+        lora_dropout=run.lora.lora_dropout,
         target_modules=target_modules,
         task_type="CAUSAL_LM",
-        use_dora=run.dora,
-        use_rslora=run.rslora,
+        use_dora=run.lora.dora,
+        use_rslora=run.lora.rslora,
         **extra,
     )
     model = get_peft_model(model, cfg)
-    if run.grad_ckpt or run.z3_leaf:
+    if run.kernels.grad_ckpt or run.zero.leaf_classes:
         # Checkpointing needs a grad-requiring input to recompute. So do ZeRO-3 leaf layers: with
         # a frozen embedding, layer 0's inputs need no grad, and then torch fires its full backward
         # hook (DeepSpeed's leaf release) before the layer's own backward has used the weights.
         model.enable_input_require_grads()
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    kind = "DoRA" if run.dora else "LoRA"
-    scale = " (rsLoRA scale)" if run.rslora else ""
+    kind = "DoRA" if run.lora.dora else "LoRA"
+    scale = " (rsLoRA scale)" if run.lora.rslora else ""
     print0(
-        f"{kind} r={run.lora_r} alpha={run.lora_alpha}{scale}: {trainable:,} trainable parameters"
+        f"{kind} r={run.lora.lora_r} alpha={run.lora.lora_alpha}{scale}: {trainable:,} trainable parameters"
     )
     return model
 
@@ -231,7 +231,7 @@ def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str, served: Any) 
         tokenizer.save_pretrained(str(out))
         serving.write_generation_config(trainer.model, tokenizer, template, out, original_eos)
     barrier()
-    if run.merge and is_rank0():
+    if run.lora.merge and is_rank0():
         from peft import PeftModel
         from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
@@ -240,11 +240,11 @@ def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str, served: Any) 
         unset_hf_deepspeed_config()  # type: ignore[no-untyped-call]
 
         # Merge into full-precision base weights (never into 4-bit QLoRA weights: lossy).
-        dtype = _DTYPES[run.precision]
+        dtype = _DTYPES[run.kernels.precision]
         base = AutoModelForCausalLM.from_pretrained(
             weights,
             dtype=dtype,
-            trust_remote_code=run.trust_remote_code,
+            trust_remote_code=run.model.trust_remote_code,
             use_safetensors=_safetensors(weights),
             **hub_revision(run, weights),
         )
@@ -275,9 +275,9 @@ def write_summary(
         **eval_summary(trainer.state, run),
         "memory": memory_block(measured, job.estimate),
         "world_size": run.world_size,
-        "zero": run.zero,
-        "method": run.method,
-        "model_dir": job.run_dir if run.save_model else None,
+        "zero": run.zero.stage,
+        "method": run.model.method,
+        "model_dir": job.run_dir if run.output.save_model else None,
         **measured,
         "resumed_from": job.resume_from,
         "data": data_report,
@@ -289,9 +289,9 @@ def write_summary(
     print0(f"summary: {path}")
 
 
-def eval_summary(state: Any, run: ResolvedRun) -> dict[str, Any]:
+def eval_summary(state: Any, run: Run) -> dict[str, Any]:
     """Eval loss first / last / best (with its step and checkpoint), from the Trainer's state."""
-    if not run.evaluates:
+    if not run.data.evaluates:
         return {}
     evals = [(e["step"], e["eval_loss"]) for e in state.log_history if "eval_loss" in e]
     best = min(evals, key=lambda se: se[1]) if evals else None
@@ -303,9 +303,9 @@ def eval_summary(state: Any, run: ResolvedRun) -> dict[str, Any]:
         "best_checkpoint": state.best_model_checkpoint,
         "evals": len(evals),
         "stopped_early": bool(
-            run.early_stopping is not None and evals and state.global_step < state.max_steps
+            run.loop.early_stopping is not None and evals and state.global_step < state.max_steps
         ),
-        "kept_best": run.keep_best,
+        "kept_best": run.loop.keep_best == "on",
     }
 
 
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     # "Loading weights" / "Writing model shards" bars would repeat once per rank.
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     job = load_job(args.config)
-    if job.run.expandable_segments and job.run.device == "cuda":
+    if job.run.kernels.expandable and job.run.device == "cuda":
         expandable_segments()
     rank = _record_rank_state(job)
     try:
@@ -381,10 +381,10 @@ def train(job: Job) -> int:
     if run.device == "cpu":
         allow_deepspeed_on_cpu()
     training_args = build_training_args(job)
-    torch.manual_seed(run.seed)
+    torch.manual_seed(run.loop.seed)
     tokenizer = AutoTokenizer.from_pretrained(
         job.tokenizer_path,
-        trust_remote_code=run.trust_remote_code,
+        trust_remote_code=run.model.trust_remote_code,
         **hub_revision(run, job.tokenizer_path),
     )
     original_eos = tokenizer.eos_token_id
@@ -398,8 +398,8 @@ def train(job: Job) -> int:
     measures = Measures()
     meta = {
         "world_size": run.world_size,
-        "zero_stage": run.zero,
-        "method": run.method,
+        "zero_stage": run.zero.stage,
+        "method": run.model.method,
     }
     trainer = DojoTrainer(
         model=model,
@@ -418,9 +418,9 @@ def train(job: Job) -> int:
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; Progress replaces it
     trainer.train(resume_from_checkpoint=job.resume_from)
-    if run.keep_best and trainer.state.best_model_checkpoint:
+    if run.loop.keep_best == "on" and trainer.state.best_model_checkpoint:
         print0(f"best checkpoint (lowest eval loss): {trainer.state.best_model_checkpoint}")
-    if run.save_model:
+    if run.output.save_model:
         save(trainer, tokenizer, job, weights, (template, original_eos))
     write_summary(trainer, measures, job, report)
     return 0

@@ -50,7 +50,7 @@ def pick_device(flag: str) -> str:
 
 
 def load_tokenizer(out: RunOutput) -> Any:
-    return AutoTokenizer.from_pretrained(out.tokenizer, trust_remote_code=out.run.trust_remote_code)
+    return AutoTokenizer.from_pretrained(out.tokenizer, trust_remote_code=out.run.model.trust_remote_code)
 
 
 def load_model(
@@ -58,7 +58,7 @@ def load_model(
 ) -> Any:
     """The trained model in ``dtype``: an adapter goes on its base loaded unquantized (a QLoRA
     adapter too: merging into 4-bit weights would be lossy, and the CPU has no 4-bit kernels)."""
-    kw: dict[str, Any] = {"dtype": dtype, "trust_remote_code": out.run.trust_remote_code}
+    kw: dict[str, Any] = {"dtype": dtype, "trust_remote_code": out.run.model.trust_remote_code}
     if device != "cpu":  # straight onto the GPU, never a whole copy in host memory first
         kw["device_map"] = {"": device}
     if out.kind != "adapter":
@@ -66,7 +66,7 @@ def load_model(
     from peft import PeftModel
 
     # A Hub base is loaded at the revision the run trained on (--revision).
-    rev = out.run.revision if out.run.revision and not Path(str(out.base)).is_dir() else None
+    rev = out.run.model.revision if out.run.model.revision and not Path(str(out.base)).is_dir() else None
     base = _serving(AutoModelForCausalLM.from_pretrained(str(out.base), **kw, revision=rev))
     if len(tokenizer) > base.get_input_embeddings().num_embeddings:
         # Tokens added for the template: the adapter saved the resized rows (PEFT docs).
@@ -116,7 +116,7 @@ class Session:
 
     def __init__(self, out: RunOutput, device: str, template: str | None = None) -> None:
         quiet()
-        prec = out.run.precision
+        prec = out.run.kernels.precision
         # fp16 matmuls on a CPU are slow or missing; bf16 and fp32 run there as trained.
         dtype = DTYPES["fp32" if device == "cpu" and prec == "fp16" else prec]
         self.tokenizer = load_tokenizer(out)

@@ -18,8 +18,8 @@ def prepare_tokenizer(tokenizer: Any, template: Any, run: Any) -> list[str]:
     """Set the run's chat template and its bos/eos on the tokenizer; add the template's control
     tokens it splits. Returns the tokens added (the model then needs ``fit_embeddings``)."""
     missing = vocab.split_markers(tokenizer, vocab.required_markers(template))
-    if missing and run.adapters:
-        vocab.refuse_for_adapters(missing, run.modules_to_save)
+    if missing and run.model.adapters:
+        vocab.refuse_for_adapters(missing, run.lora.modules_to_save)
     # What apply_chat_template passes as bos_token/eos_token must be what training rendered with.
     tokens: dict[str, Any] = {
         k: getattr(template, k)

@@ -77,16 +77,16 @@ def fingerprint(job: Any, tokenizer: Any, template: Any, packed: bool) -> str:
     tok_text = tok.to_str() if tok is not None else repr(tokenizer)
     parts = {
         "format": FORMAT,
-        "data": [_describe(s) for s in sources.parse_all(list(job.data), run.data_ratios)],
-        "eval_data": [_describe(s) for s in sources.parse_all(list(run.eval_data), ())],
-        "eval_split": run.eval_split,
-        "seed": run.seed,
-        "columns": sorted(sources.parse_columns(run.data_columns).items()),
+        "data": [_describe(s) for s in sources.parse_all(list(job.data), run.data.data_ratios)],
+        "eval_data": [_describe(s) for s in sources.parse_all(list(run.data.eval_data), ())],
+        "eval_split": run.data.eval_split,
+        "seed": run.loop.seed,
+        "columns": sorted(sources.parse_columns(run.data.data_columns).items()),
         "tokenizer": hashlib.sha256(tok_text.encode()).hexdigest(),
         "special": [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id],
         "template": [template.source, template.bos_token, template.eos_token],
-        "seq_len": run.seq_len,
-        "overflow": run.overflow,
+        "seq_len": run.data.seq_len,
+        "overflow": run.data.overflow,
         "packed": packed,
     }
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
@@ -145,14 +145,14 @@ def _build(job: Any, tokenizer: Any, template: Any, packed: bool, final: Path) -
     from dojo.train.worker.examples import load_rows
 
     run = job.run
-    columns = sources.parse_columns(run.data_columns)
-    srcs = sources.parse_all(list(job.data), run.data_ratios)
-    rows = _mix([(s, load_rows(_refs(s), columns)) for s in srcs], run.seed)
+    columns = sources.parse_columns(run.data.data_columns)
+    srcs = sources.parse_all(list(job.data), run.data.data_ratios)
+    rows = _mix([(s, load_rows(_refs(s), columns)) for s in srcs], run.loop.seed)
     eval_rows: Any = None
-    if run.eval_split is not None:
-        rows, eval_rows = split_rows(rows, run.eval_split, run.seed)
-    elif run.eval_data:
-        eval_rows = load_rows(list(run.eval_data), columns)
+    if run.data.eval_split is not None:
+        rows, eval_rows = split_rows(rows, run.data.eval_split, run.loop.seed)
+    elif run.data.eval_data:
+        eval_rows = load_rows(list(run.data.eval_data), columns)
     tmp = final.parent / f"{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -238,7 +238,7 @@ def _tokenize(
     def tokenize(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         pairs = [(s, _decode(r)) for s, r in zip(batch["source"], batch["row"], strict=True)]
         exs, rep = ex_mod.build_examples(
-            pairs, tokenizer, template, seq_len=run.seq_len, overflow=run.overflow
+            pairs, tokenizer, template, seq_len=run.data.seq_len, overflow=run.data.overflow
         )
         _merge(report, rep)
         return {"input_ids": [e["input_ids"] for e in exs], "labels": [e["labels"] for e in exs]}
@@ -257,7 +257,7 @@ def _tokenize(
         def pack(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
             pairs = zip(batch["input_ids"], batch["labels"], strict=True)
             exs = [{"input_ids": a, "labels": b} for a, b in pairs]
-            rows_ = packing.pack(exs, run.seq_len)
+            rows_ = packing.pack(exs, run.data.seq_len)
             return {k: [r[k] for r in rows_] for k in ("input_ids", "labels", "position_ids")}
 
         ds.map(

@@ -1,0 +1,203 @@
+"""Numerics and kernels: precision, attention kernel, Liger, torch.compile, the CUDA allocator,
+activation checkpointing.
+
+``resolve_kernels`` decides every "auto" from the machine (CUDA, liger-kernel installed,
+PYTORCH_CUDA_ALLOC_CONF) and the model; docs/train.md#kernels says why each rule is what it is.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dojo.modelspec import SOFTCAP_MODEL_TYPES
+from dojo.run.field import ALL, PLAN, OnOff, opt
+from dojo.run.machine import Machine, conf_expandable
+
+Attention = Literal["auto", "sdpa", "eager", "flex_attention", "flash_attention_2", "sdpa_varlen"]
+VARLEN_AUTO_MODELS = ("llama", "qwen2", "qwen3")
+"""--attn auto picks sdpa_varlen for these (measured on Llama and Qwen2.5; Qwen3 is Qwen2's
+attention with q/k norms before it). Not Mistral (its sliding window is not passed to the kernel)
+nor models dojo does not know."""
+NO_SOFTCAP = {
+    "sdpa": "SDPA (transformers refuses it for soft-capped models)",
+    "sdpa_varlen": "PyTorch's FlashAttention kernel",
+}
+"""--attn kernels that cannot soft-cap, and why."""
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = opt(
+        "auto", "auto | bf16 | fp16 | fp32", "auto = bf16 on GPU, fp32 on CPU", commands=ALL
+    )
+    attn: Attention = opt(
+        "auto",
+        "Attention kernel: auto | sdpa | eager | flex_attention | flash_attention_2 | sdpa_varlen "
+        "(packed samples through PyTorch's FlashAttention kernel by their offsets, no mask)",
+        "auto = sdpa_varlen for packed bf16 Llama/Qwen runs on CUDA without compile (faster than "
+        "the masked kernel, same losses); eager for models that soft-cap attention logits "
+        "(Gemma-2), as transformers does; sdpa elsewhere",
+        flags=("--attn", "--attention"),
+        metavar="CHOICE",
+        commands=PLAN,
+    )
+    liger: Literal["auto", "on", "off", "loss"] = opt(
+        "auto",
+        "Liger kernels incl. the fused linear cross-entropy: auto | on | off | loss (the fused "
+        "loss alone: the fp32 logits never made whole)",
+        "auto = on with CUDA and liger-kernel installed (dojo[gpu]); loss under --compile on, "
+        "whose compiled layers gave NaN losses with Liger's layer kernels",
+        commands=PLAN,
+    )
+    compile: Literal["on", "off"] = opt(
+        "off",
+        "torch.compile each decoder layer: on | off",
+        "a packed batch's layout changes every step, and each new layout recompiles: on mixed-"
+        "length data that made compiled runs slower than uncompiled ones; on needs fixed shapes "
+        "to pay (docs/train.md#kernels)",
+        commands=PLAN,
+    )
+    expandable_segments: OnOff = opt(
+        "auto",
+        "PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) in the "
+        "training processes: auto | on | off",
+        "auto = on with CUDA unless PYTORCH_CUDA_ALLOC_CONF says otherwise: freed blocks are "
+        "reused in place instead of held reserved (docs/estimate.md#allocator)",
+        commands=PLAN,
+    )
+    grad_ckpt: bool = opt(
+        False,
+        "Gradient (activation) checkpointing: less memory, ~30% more compute",
+        "HF TrainingArguments' default",
+        commands=PLAN,
+    )
+
+    @property
+    def fused_loss(self) -> bool:
+        """Liger's fused linear cross-entropy runs (--liger on or loss)."""
+        return self.liger in ("on", "loss")
+
+    @property
+    def compiled(self) -> bool:
+        return self.compile == "on"
+
+    @property
+    def expandable(self) -> bool:
+        """PyTorch's expandable segments in the training processes (resolved)."""
+        return self.expandable_segments == "on"
+
+    @property
+    def liger_kernels(self) -> bool:
+        """Liger's RMSNorm / SwiGLU / RoPE kernels too (--liger on)."""
+        return self.liger == "on"
+
+
+def kernel_problems(k: KernelOptions, packing: bool, machine: Machine) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if k.liger == "on" and k.compile == "on":
+        out.append(("--compile on with --liger on: Liger's layer kernels inside compiled layers "
+                    "trained to NaN losses", "use --compile on --liger loss (Liger's fused loss "
+                    "alone), or one of the two"))  # fmt: skip
+    for flag, value, why in (
+        ("--liger", k.liger, "Triton kernels"),
+        ("--compile", k.compile, "Triton kernels"),
+        ("--expandable-segments", k.expandable_segments, "a CUDA allocator setting"),
+    ):
+        if value in ("on", "loss") and not machine.cuda:
+            out.append((f"{flag} {value} needs CUDA GPUs ({why})", f"use {flag} auto or off here"))
+    if k.attn == "sdpa_varlen" and not packing:
+        out.append(("--attn sdpa_varlen keeps samples apart by their offsets in a packed row; "
+                    "without --packing rows are padded", "add --packing, or use --attn sdpa"))  # fmt: skip
+    elif k.attn in ("flex_attention", "flash_attention_2") and not machine.cuda:
+        why = ("FlexAttention has no backward on the CPU" if k.attn == "flex_attention"
+               else "FlashAttention-2 is a CUDA kernel")  # fmt: skip
+        out.append((f"--attn {k.attn} needs CUDA GPUs: {why}", "use --attn sdpa (auto) here"))
+    elif k.attn == "flash_attention_2" and not machine.assumed and not machine.flash_attn:
+        out.append(("--attn flash_attention_2 needs the flash-attn package, not installed here",
+                    "pip install flash-attn (built for this torch and CUDA), or use --attn sdpa"))  # fmt: skip
+    env_says = conf_expandable(machine.alloc_conf)
+    if k.expandable_segments != "auto" and env_says is not None and env_says != (
+        k.expandable_segments == "on"
+    ):
+        out.append((f"--expandable-segments {k.expandable_segments} but PYTORCH_CUDA_ALLOC_CONF="
+                    f"{machine.alloc_conf} says expandable_segments:{env_says}",
+                    "drop one of the two: the flag or that setting"))  # fmt: skip
+    if k.precision == "fp16" and not machine.cuda:
+        out.append(("--precision fp16 needs a GPU", "use --precision fp32 or bf16 on the CPU"))
+    return out
+
+
+def softcap_problem(k: KernelOptions, spec: Any) -> tuple[str, str] | None:
+    """A kernel that cannot soft-cap, asked for a model that soft-caps (known once the model is)."""
+    model_type = getattr(spec, "model_type", None)
+    if k.attn in NO_SOFTCAP and model_type in SOFTCAP_MODEL_TYPES:
+        return (f"--attn {k.attn}: {model_type} caps its attention logits (soft-capping), which "
+                f"{NO_SOFTCAP[k.attn]} does not do",
+                "use --attn eager (auto: transformers' choice for Gemma-2) or flex_attention")  # fmt: skip
+    return None
+
+
+def resolve_kernels(
+    k: KernelOptions, *, machine: Machine, spec: Any, packing: bool, said: list[str]
+) -> KernelOptions:
+    """Every "auto" of the group decided for ``machine`` and the model ``spec`` (None: unknown)."""
+    cuda = machine.cuda
+    precision = k.precision if k.precision != "auto" else ("bf16" if cuda else "fp32")
+    compiled = k.compile == "on"
+    liger = k.liger
+    if liger == "auto":
+        if not (cuda and machine.liger):
+            liger = "off"
+            said.append("liger off: needs CUDA and liger-kernel (pip install 'dojo[gpu]')")
+        elif compiled:
+            liger = "loss"
+            said.append("liger loss: compile on, so Liger's fused loss alone (its layer kernels "
+                        "inside compiled layers trained to NaN losses)")  # fmt: skip
+        else:
+            liger = "on"
+            said.append("liger on: CUDA with liger-kernel")
+    attn = k.attn if k.attn != "auto" else auto_attention(spec, cuda, precision, packing, compiled)
+    if k.attn == "auto" and attn == "sdpa_varlen":
+        said.append("attn sdpa_varlen: packed samples by their offsets through PyTorch's "
+                    "FlashAttention kernel, no mask (faster than the masked kernel, the same "
+                    "losses); --attn sdpa for the masked kernel")  # fmt: skip
+    elif k.attn == "auto" and attn == "eager":
+        said.append(f"attn eager: {spec.model_type} soft-caps its attention logits, which SDPA "
+                    "does not do (transformers' own choice for it); --attn flex_attention on CUDA")  # fmt: skip
+    return dataclasses.replace(
+        k,
+        precision=precision,
+        liger=liger,
+        attn=attn,
+        expandable_segments="on" if _expandable(k, machine, said) else "off",
+    )
+
+
+def auto_attention(spec: Any, cuda: bool, precision: str, packing: bool, compiled: bool) -> Attention:
+    """--attn auto: eager for models that soft-cap their attention logits (Gemma-2); sdpa_varlen
+    for packed bf16 rows on CUDA (a GPU older than Ampere, without that kernel, takes varlen's
+    exact per-sample path); else sdpa. Not under compile: the varlen call would split every
+    compiled layer's graph."""
+    model_type = getattr(spec, "model_type", None)
+    if model_type in SOFTCAP_MODEL_TYPES:
+        return "eager"
+    if cuda and packing and precision == "bf16" and not compiled and model_type in VARLEN_AUTO_MODELS:
+        return "sdpa_varlen"
+    return "sdpa"
+
+
+def _expandable(k: KernelOptions, machine: Machine, said: list[str]) -> bool:
+    """As asked, else as PYTORCH_CUDA_ALLOC_CONF says, else on with CUDA (``launch.launch_env``
+    adds it to that variable)."""
+    if k.expandable_segments != "auto":
+        return k.expandable_segments == "on"
+    conf = conf_expandable(machine.alloc_conf)
+    if conf is not None:
+        said.append(f"expandable segments {'on' if conf else 'off'}: PYTORCH_CUDA_ALLOC_CONF "
+                    "says so")  # fmt: skip
+        return conf
+    if machine.cuda:
+        said.append("expandable segments on: freed blocks are reused in place instead of held "
+                    "reserved (docs/estimate.md#allocator); --expandable-segments off for "
+                    "PyTorch's default")  # fmt: skip
+    return machine.cuda

@@ -1,0 +1,73 @@
+"""LoRA and QLoRA adapters (PEFT's LoraConfig)."""
+
+from dataclasses import dataclass
+
+from dojo.run.field import PLAN, opt
+
+
+@dataclass(frozen=True)
+class LoraOptions:
+    lora_r: int = opt(
+        16, "LoRA rank", "PEFT's examples' rank: enough for instruction tuning",
+        flags=("--lora-r", "--lora-rank"), lo=1, hi=65536, example="16", commands=PLAN,
+    )  # fmt: skip
+    lora_alpha: int = opt(
+        32, "LoRA alpha", "scale alpha/r = 2, the PEFT examples' ratio", lo=1, hi=10**6,
+        example="32",
+    )  # fmt: skip
+    lora_dropout: float = opt(
+        0.05, "Dropout on the LoRA branch", "the LoRA paper's value for 7B-scale models",
+        lo=0.0, hi=0.99, example="0.05", commands=PLAN,
+    )  # fmt: skip
+    lora_targets: str = opt(
+        "all-linear",
+        "Comma-separated module names, or all-linear (every linear layer but the head)",
+        "the QLoRA paper: adapting every linear layer matches full fine-tuning best",
+        example="q_proj,v_proj",
+        commands=PLAN,
+    )
+    dora: bool = opt(False, "DoRA: weight-decomposed LoRA (PEFT use_dora), a magnitude vector per target")
+    rslora: bool = opt(False, "rsLoRA: scale alpha/sqrt(r) instead of alpha/r (PEFT use_rslora)")
+    modules_to_save: tuple[str, ...] = opt(
+        (),
+        "Comma-separated modules trained in full and saved beside the adapter (PEFT "
+        "modules_to_save)",
+        example="embed_tokens,lm_head",
+        metavar="NAME[,NAME]",
+    )
+    merge: bool = opt(False, "Also write base + adapter merged weights to OUTPUT/merged")
+
+    @property
+    def target_names(self) -> tuple[str, ...] | None:
+        """--lora-targets as module names; None = all-linear (every linear layer but the head)."""
+        return target_names(self.lora_targets)
+
+
+def target_names(lora_targets: str) -> tuple[str, ...] | None:
+    if lora_targets == "all-linear":
+        return None
+    return tuple(t.strip() for t in lora_targets.split(",") if t.strip())
+
+
+def names(items: tuple[str, ...]) -> tuple[str, ...]:
+    """--modules-to-save a,b --modules-to-save c -> (a, b, c)."""
+    return tuple(t.strip() for item in items for t in item.split(",") if t.strip())
+
+
+def lora_problems(lora: LoraOptions, full: bool) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if full:
+        for flag, on in (("--dora", lora.dora), ("--rslora", lora.rslora),
+                         ("--modules-to-save", bool(lora.modules_to_save)),
+                         ("--merge", lora.merge)):  # fmt: skip
+            if on:
+                why = ("full fine-tuning already saves the whole model: drop --merge"
+                       if flag == "--merge" else f"drop {flag}, or use --method lora")  # fmt: skip
+                out.append((f"{flag} applies to --method lora or qlora only", why))
+    if lora.modules_to_save and not names(lora.modules_to_save):
+        out.append((f"--modules-to-save {','.join(lora.modules_to_save)!r}: no module name",
+                    "e.g. --modules-to-save embed_tokens,lm_head"))  # fmt: skip
+    if target_names(lora.lora_targets) == ():
+        out.append((f"--lora-targets {lora.lora_targets!r}: no module name",
+                    "e.g. --lora-targets q_proj,v_proj, or all-linear"))  # fmt: skip
+    return out
