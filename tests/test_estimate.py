@@ -88,7 +88,7 @@ def test_unknown_rule() -> None:
 
 def test_zero2_states_match_deepspeed_formula(l7) -> None:
     for n in (1, 2, 8):
-        e = estimate(l7, Setup(stage=2, num_gpus=n))
+        e = estimate(l7, Setup.of(stage=2, gpus_per_node=n))
         # DeepSpeed: 2P + 18P/N with 18 = 2 bf16 grads + 4 fp32 grads + 4 master + 8 Adam
         ours = e.params + e.gradients + e.optimizer_states + e.step * 4 // 6
         assert abs(ours - (2 * P7 + 18 * P7 // n)) <= 8
@@ -100,7 +100,7 @@ DOC_CAL = Calibration(cuda_context_gib=0.6, kappa=1.0)
 
 def test_zero3_states_and_worked_example(l7) -> None:
     # memory-model.md sec 7: 12.55 GiB static, ~18.0 GiB allocated, ~20.3 GiB in nvidia-smi
-    s = Setup(stage=3, num_gpus=8, seq_len=4096, grad_ckpt=True, calibration=DOC_CAL)
+    s = Setup.of(stage=3, gpus_per_node=8, seq_len=4096, grad_ckpt=True, calibration=DOC_CAL)
     e = estimate(l7, s)
     assert e.static / GIB == pytest.approx(12.55, abs=0.01)
     assert e.allocated / GIB == pytest.approx(18.0, abs=0.2)
@@ -113,8 +113,8 @@ def test_zero3_states_and_worked_example(l7) -> None:
 
 
 def test_offload_moves_states_to_cpu(l7) -> None:
-    on = estimate(l7, Setup(stage=3, num_gpus=2, offload_optimizer="cpu"))
-    off = estimate(l7, Setup(stage=3, num_gpus=2))
+    on = estimate(l7, Setup.of(stage=3, gpus_per_node=2, offload="cpu"))
+    off = estimate(l7, Setup.of(stage=3, gpus_per_node=2))
     assert on.optimizer_states == 0 and on.gradients == 0 and on.step == 0
     assert (
         on.cpu_optimizer_states == 2 * (12 * P7 // 2) or abs(on.cpu_optimizer_states - 12 * P7) < 4
@@ -122,7 +122,7 @@ def test_offload_moves_states_to_cpu(l7) -> None:
     assert on.cpu_exact == pytest.approx(18 * P7, rel=1e-6)  # 18 B/param over the node
     assert 0 < on.cpu_pinned_rounding < on.cpu_exact / 2
     assert on.gpu_total < off.gpu_total
-    both = estimate(l7, Setup(stage=3, num_gpus=2, offload_optimizer="cpu", offload_param="cpu"))
+    both = estimate(l7, Setup.of(stage=3, gpus_per_node=2, offload="cpu", offload_param="cpu"))
     assert both.params == 0 and both.cpu_params == pytest.approx(2 * P7, rel=1e-6)
 
 
@@ -131,7 +131,7 @@ def test_pinned_buffers_round_up_to_powers_of_two() -> None:
     Adam m, v are not pinned. Llama-3.2-1B on one GPU: 32.2 GiB; 32.9 and 33.4 measured on
     the H200 (micro-batch 4 and 8)."""
     spec = resolve_model("llama-3.2-1b")
-    e = estimate(spec, Setup(stage=2, offload_optimizer="cpu", micro_batch=4, grad_ckpt=True))
+    e = estimate(spec, Setup.of(stage=2, offload="cpu", micro_batch=4, grad_ckpt=True))
     p, big = spec.params, spec.largest_layer_params
     pinned = (4 * p, 4 * p, 2 * p, 2 * big)
     assert e.cpu_pinned_rounding == sum((1 << (x - 1).bit_length()) - x for x in pinned)
@@ -139,34 +139,34 @@ def test_pinned_buffers_round_up_to_powers_of_two() -> None:
 
 
 def test_stage_order_for_full_finetune(l7) -> None:
-    totals = [estimate(l7, Setup(stage=s, num_gpus=8)).gpu_total for s in (0, 1, 2, 3)]
+    totals = [estimate(l7, Setup.of(stage=s, gpus_per_node=8)).gpu_total for s in (0, 1, 2, 3)]
     assert totals == sorted(totals, reverse=True)
 
 
 def test_lora_and_qlora(l7) -> None:
-    full = estimate(l7, Setup(stage=2))
-    lora = estimate(l7, Setup(stage=2, method="lora"))
-    qlora = estimate(l7, Setup(stage=2, method="qlora"))
+    full = estimate(l7, Setup.of(stage=2))
+    lora = estimate(l7, Setup.of(stage=2, method="lora"))
+    qlora = estimate(l7, Setup.of(stage=2, method="qlora"))
     assert lora.trainable_params == 39_976_960
     assert lora.params == 2 * P7 + 2 * 39_976_960
     # NF4 + double quant on the 6.476B decoder linears, 16-bit embeddings/head/norms
     q = l7.quantizable_params
     assert qlora.params == int(0.5159 * q + 2 * (P7 - q) + 2 * 39_976_960)
     assert qlora.gpu_total < lora.gpu_total < full.gpu_total
-    z3 = estimate(l7, Setup(stage=3, num_gpus=2, method="qlora"))
+    z3 = estimate(l7, Setup.of(stage=3, gpus_per_node=2, method="qlora"))
     assert any("bnb_4bit_quant_storage" in n for n in z3.notes)
 
 
 def test_zero1_keeps_full_grads(l7) -> None:
-    assert estimate(l7, Setup(stage=1, num_gpus=8)).gradients == 2 * P7
-    assert estimate(l7, Setup(stage=2, num_gpus=8)).gradients == 2 * P7 // 8
+    assert estimate(l7, Setup.of(stage=1, gpus_per_node=8)).gradients == 2 * P7
+    assert estimate(l7, Setup.of(stage=2, gpus_per_node=8)).gradients == 2 * P7 // 8
 
 
 def test_nvme_below_stage3_is_cpu(l7) -> None:
-    e = estimate(l7, Setup(stage=2, offload_optimizer="nvme"))
+    e = estimate(l7, Setup.of(stage=2, offload="nvme"))
     assert e.cpu_optimizer_states > 0 and e.nvme == 0
     assert any("no NVMe swapper" in n for n in e.notes)
-    z3 = estimate(l7, Setup(stage=3, offload_optimizer="nvme", offload_param="nvme"))
+    z3 = estimate(l7, Setup.of(stage=3, offload="nvme", offload_param="nvme"))
     assert z3.nvme == pytest.approx(18 * P7, rel=1e-6)
 
 
@@ -175,35 +175,35 @@ def test_nvme_below_stage3_is_cpu(l7) -> None:
 
 def test_activation_coefficient_llama2(l7) -> None:
     # Measured 45.54 bytes per token x hidden per layer (memory-model.md 3.2)
-    s = Setup(seq_len=512)
+    s = Setup.of(seq_len=512)
     one = activation_bytes(l7, s)[0] - activation_bytes(dataclasses.replace(l7, num_layers=0), s)[0]
     assert one / (32 * 512 * 4096) == pytest.approx(45.54, rel=0.01)
 
 
 def test_logits_fp32_term() -> None:
     spec = resolve_model("llama-3.1-8b")
-    _, logits = activation_bytes(spec, Setup(seq_len=8192, grad_ckpt=True))
+    _, logits = activation_bytes(spec, Setup.of(seq_len=8192, grad_ckpt=True))
     assert logits == 12 * 8192 * 128256  # 12.6 GB, the peak of sec 3.5's example
 
 
 def test_eager_adds_quadratic_term(l7) -> None:
-    a = activation_bytes(l7, Setup(seq_len=1024))[0]
-    b = activation_bytes(l7, Setup(seq_len=1024, attention="eager"))[0]
+    a = activation_bytes(l7, Setup.of(seq_len=1024))[0]
+    b = activation_bytes(l7, Setup.of(seq_len=1024, attn="eager"))[0]
     assert b - a == 32 * 6 * 32 * 1024 * 1024
 
 
 def test_checkpointing_cuts_activations(l7) -> None:
-    s = Setup(seq_len=4096)
+    s = Setup.of(seq_len=4096)
     assert (
-        activation_bytes(l7, dataclasses.replace(s, grad_ckpt=True))[0]
+        activation_bytes(l7, s.changed(grad_ckpt=True))[0]
         < activation_bytes(l7, s)[0] / 5
     )
 
 
 def test_lora_dropout_costs_activations(l7) -> None:
-    s = Setup(method="lora", seq_len=1024)
+    s = Setup.of(method="lora", seq_len=1024)
     assert (
-        activation_bytes(l7, dataclasses.replace(s, lora_dropout=0.05))[0]
+        activation_bytes(l7, s.changed(lora_dropout=0.05))[0]
         > activation_bytes(l7, s)[0]
     )
 
@@ -214,7 +214,7 @@ SEC9 = [
         "7b",
         {
             "stage": 2,
-            "num_gpus": 2,
+            "gpus_per_node": 2,
             "micro_batch": 2,
             "seq_len": 4096,
             "bucket_size": 500_000_000,
@@ -226,7 +226,7 @@ SEC9 = [
         "7b",
         {
             "stage": 2,
-            "num_gpus": 2,
+            "gpus_per_node": 2,
             "micro_batch": 2,
             "seq_len": 4096,
             "bucket_size": 500_000_000,
@@ -234,15 +234,15 @@ SEC9 = [
         },
         108.5,
     ),
-    ("7b", {"stage": 3, "num_gpus": 2, "seq_len": 2048, "grad_ckpt": True}, 55.8),
+    ("7b", {"stage": 3, "gpus_per_node": 2, "seq_len": 2048, "grad_ckpt": True}, 55.8),
     (
         "7b",
-        {"stage": 3, "num_gpus": 2, "seq_len": 4096, "grad_ckpt": True, "offload_optimizer": "cpu"},
+        {"stage": 3, "gpus_per_node": 2, "seq_len": 4096, "grad_ckpt": True, "offload": "cpu"},
         11.6,
     ),
     (
         "llama-3.2-3b",
-        {"stage": 3, "grad_ckpt": True, "offload_optimizer": "cpu", "offload_param": "cpu"},
+        {"stage": 3, "grad_ckpt": True, "offload": "cpu", "offload_param": "cpu"},
         6.8,
     ),
     ("7b", {"stage": 2, "method": "lora", "micro_batch": 4, "seq_len": 2048}, 60.5),
@@ -253,36 +253,36 @@ SEC9 = [
     ),
     (
         "7b",
-        {"stage": 2, "method": "qlora", "lora_rank": 8, "seq_len": 8192, "grad_ckpt": True},
+        {"stage": 2, "method": "qlora", "lora_r": 8, "seq_len": 8192, "grad_ckpt": True},
         9.7,
     ),
-    ("llama-3.1-8b", {"stage": 3, "num_gpus": 2, "seq_len": 8192, "grad_ckpt": True}, 78.3),
-    ("llama-3.1-8b", {"stage": 2, "method": "lora", "seq_len": 1024, "attention": "eager"}, 29.1),
+    ("llama-3.1-8b", {"stage": 3, "gpus_per_node": 2, "seq_len": 8192, "grad_ckpt": True}, 78.3),
+    ("llama-3.1-8b", {"stage": 2, "method": "lora", "seq_len": 1024, "attn": "eager"}, 29.1),
     # session 4: the loss peak no longer carries the ZeRO-0/1 grads and buckets (allocated from
     # the first grad hook, after the loss), 2P + comm lower than memory-model.md's 60.2 / 52.5
-    ("qwen2.5-1.5b", {"stage": 0, "num_gpus": 2, "micro_batch": 4, "seq_len": 2048}, 56.5),
-    ("qwen2.5-1.5b", {"stage": 1, "num_gpus": 2, "micro_batch": 4, "seq_len": 2048}, 47.8),
+    ("qwen2.5-1.5b", {"stage": 0, "gpus_per_node": 2, "micro_batch": 4, "seq_len": 2048}, 56.5),
+    ("qwen2.5-1.5b", {"stage": 1, "gpus_per_node": 2, "micro_batch": 4, "seq_len": 2048}, 47.8),
 ]
 
 
 @pytest.mark.parametrize("model,kw,gib", SEC9)
 def test_agrees_with_memory_model_matrix(model: str, kw: dict, gib: float) -> None:
-    e = estimate(resolve_model(model), Setup(**kw, calibration=DOC_CAL))
+    e = estimate(resolve_model(model), Setup.of(**kw, calibration=DOC_CAL))
     assert e.allocated / GIB == pytest.approx(gib, rel=0.05)
 
 
 def test_overlap_delta_matches_current_code(l7) -> None:
     base = {
         "stage": 2,
-        "num_gpus": 2,
+        "gpus_per_node": 2,
         "micro_batch": 2,
         "seq_len": 4096,
         "bucket_size": 500_000_000,
     }
-    on = estimate(l7, Setup(overlap_comm=True, **base))
-    off = estimate(l7, Setup(overlap_comm=False, **base))
+    on = estimate(l7, Setup.of(overlap_comm=True, **base))
+    off = estimate(l7, Setup.of(overlap_comm=False, **base))
     assert on.allocated - off.allocated == 1_000_000_000  # +1 bucket, not +9 GB
-    docs = estimate(l7, Setup(overlap_comm=True, overlap_rule="docs", **base))
+    docs = estimate(l7, Setup.of(overlap_comm=True, overlap_rule="docs", **base))
     assert docs.comm == 9_000_000_000 and docs.comm_current == on.comm
 
 
@@ -292,7 +292,7 @@ def test_overlap_delta_matches_current_code(l7) -> None:
 def test_columns_sum_to_total(l7) -> None:
     for st in (0, 1, 2, 3):
         for ck in (False, True):
-            e = estimate(l7, Setup(stage=st, num_gpus=4, grad_ckpt=ck))
+            e = estimate(l7, Setup.of(stage=st, gpus_per_node=4, grad_ckpt=ck))
             cols = e.gpu_columns()
             assert sum(v for k, v in cols.items() if k != "total") == pytest.approx(
                 cols["total"], abs=8
@@ -300,13 +300,13 @@ def test_columns_sum_to_total(l7) -> None:
 
 
 def test_step_phase_peak_shows_in_optimizer_column(l7) -> None:
-    e = estimate(l7, Setup(stage=3, num_gpus=2, grad_ckpt=True))
+    e = estimate(l7, Setup.of(stage=3, gpus_per_node=2, grad_ckpt=True))
     assert e.peak_phase == "step"
     assert e.gpu_columns()["optimizer_states"] > e.optimizer_states
 
 
 def test_to_dict_schema(l7) -> None:
-    d = estimate(l7, Setup(gpu_memory_gib=141)).to_dict()
+    d = estimate(l7, Setup.of(gpu_memory_gib=141)).to_dict()
     assert list(d) == [
         "stage",
         "offload_optimizer",
@@ -332,13 +332,13 @@ def test_to_dict_schema(l7) -> None:
 
 def test_fits_verdict(l7) -> None:
     # Issue 5: a 7B full fine-tune at ZeRO-2 on one 141 GB H200 does not fit.
-    assert estimate(l7, Setup(stage=2, gpu_memory_gib=139.8)).fits is False
-    assert estimate(l7, Setup(stage=3, num_gpus=8, gpu_memory_gib=139.8)).fits is True
-    assert estimate(l7, Setup(stage=3, num_gpus=8)).fits is None
-    tight = Setup(
+    assert estimate(l7, Setup.of(stage=2, gpu_memory_gib=139.8)).fits is False
+    assert estimate(l7, Setup.of(stage=3, gpus_per_node=8, gpu_memory_gib=139.8)).fits is True
+    assert estimate(l7, Setup.of(stage=3, gpus_per_node=8)).fits is None
+    tight = Setup.of(
         stage=3,
-        num_gpus=1,
-        offload_optimizer="cpu",
+        gpus_per_node=1,
+        offload="cpu",
         offload_param="cpu",
         gpu_memory_gib=139.8,
         cpu_memory_gib=64,
@@ -348,51 +348,51 @@ def test_fits_verdict(l7) -> None:
 
 
 def test_three_state_verdict(l7) -> None:
-    e = estimate(l7, Setup(stage=3, num_gpus=8))
+    e = estimate(l7, Setup.of(stage=3, gpus_per_node=8))
     total = e.gpu_total_gib
     at = {
-        v: estimate(l7, Setup(stage=3, num_gpus=8, gpu_memory_gib=total * k)).verdict
+        v: estimate(l7, Setup.of(stage=3, gpus_per_node=8, gpu_memory_gib=total * k)).verdict
         for v, k in (("roomy", 1.2), ("near", 1.03), ("over", 0.99))
     }
     assert at == {"roomy": "fits", "near": "tight", "over": "does not fit"}
-    assert estimate(l7, Setup(stage=3, num_gpus=8, gpu_memory_gib=total * 1.03)).fits is True
+    assert estimate(l7, Setup.of(stage=3, gpus_per_node=8, gpu_memory_gib=total * 1.03)).fits is True
 
 
 def test_paged_optimizer_spills_instead_of_failing(l7) -> None:
     # bitsandbytes pages its states (cudaMallocManaged): over the card by less than them is
     # "tight" (they move to host RAM), not "does not fit".
-    kw = {"stage": 0, "method": "qlora", "lora_rank": 64, "deepspeed": False}
-    paged = estimate(l7, Setup(optim="paged_adamw_32bit", **kw))
+    kw = {"stage": 0, "method": "qlora", "lora_r": 64, "deepspeed": False}
+    paged = estimate(l7, Setup.of(optim="paged_adamw_32bit", **kw))
     assert paged.optimizer_paged > 0
     card = (paged.gpu_total - paged.optimizer_paged / 2) / GIB
     assert (
-        estimate(l7, Setup(optim="paged_adamw_32bit", gpu_memory_gib=card, **kw)).verdict == "tight"
+        estimate(l7, Setup.of(optim="paged_adamw_32bit", gpu_memory_gib=card, **kw)).verdict == "tight"
     )
-    plain = estimate(l7, Setup(optim="adamw", gpu_memory_gib=card, **kw))
+    plain = estimate(l7, Setup.of(optim="adamw_torch", gpu_memory_gib=card, **kw))
     assert plain.optimizer_paged == 0 and plain.verdict == "does not fit"
 
 
 def test_calibration_is_used(l7) -> None:
-    base = estimate(l7, Setup(num_gpus=2))
-    more = estimate(l7, Setup(num_gpus=2, calibration=Calibration(cuda_context_gib=2.7)))
+    base = estimate(l7, Setup.of(gpus_per_node=2))
+    more = estimate(l7, Setup.of(gpus_per_node=2, calibration=Calibration(cuda_context_gib=2.7)))
     assert more.gpu_total - base.gpu_total == pytest.approx(GIB, abs=2)  # 2.7 vs the default 1.7
 
 
 @pytest.mark.parametrize(
     "kw,msg",
     [
-        ({"micro_batch": 0}, "--micro-batch 0: must be at least 1"),
-        ({"seq_len": -5}, "--seq-len -5: must be at least 1"),
-        ({"num_gpus": 0}, "--num-gpus 0: must be at least 1"),
-        ({"bucket_size": 0}, "--bucket-size 0: must be positive"),
-        ({"stage": 4}, "--zero 4: no such ZeRO stage"),
-        ({"stage": 2, "offload_param": "cpu"}, "--offload-param cpu exists only at ZeRO stage 3"),
-        ({"stage": 0, "offload_optimizer": "cpu"}, "--offload cpu needs ZeRO stage 1-3"),
+        ({"micro_batch": 0}, "--micro-batch 0: out of range: from 1 to 4,096"),
+        ({"seq_len": -5}, "--seq-len -5: out of range: from 8 to 1,048,576"),
+        ({"gpus_per_node": 0}, "--num-gpus 0: must be at least 1"),
+        ({"bucket_size": 0}, "--bucket-size 0: out of range: from 1 to"),
+        ({"stage": 4}, "--zero 4: choose one of 0, 1, 2, 3"),
+        ({"stage": 2, "offload_param": "cpu"}, "--offload-param cpu needs --zero 3 (got --zero 2)"),
+        ({"stage": 0, "offload": "cpu"}, "--offload cpu needs ZeRO stage 1, 2 or 3 (got --zero 0)"),
     ],
 )
 def test_validate_messages(kw: dict, msg: str) -> None:
     with pytest.raises(EstimateError) as e:
-        validate(Setup(**kw))
+        validate(Setup.of(**kw))
     assert e.value.message.startswith(msg)
     assert e.value.hint
 
@@ -405,13 +405,13 @@ def test_allocator_reserve_is_what_the_step_cannot_reuse() -> None:
     1B ZeRO-2 without checkpointing: 6.98 GiB measured (the 6P/N step); with checkpointing and
     micro-batch 8: 2.99 (the churn)."""
     l1 = resolve_model("llama-3.2-1b")
-    kw = {"stage": 2, "bucket_size": 500_000_000, "liger": True}
-    big = estimate(l1, Setup(micro_batch=4, overlap_comm=False, **kw))
-    small = estimate(l1, Setup(micro_batch=8, grad_ckpt=True, overlap_comm=True, **kw))
+    kw = {"stage": 2, "bucket_size": 500_000_000, "liger": "on"}
+    big = estimate(l1, Setup.of(micro_batch=4, overlap_comm=False, **kw))
+    small = estimate(l1, Setup.of(micro_batch=8, grad_ckpt=True, overlap_comm=True, **kw))
     assert big.fragmentation / GIB == pytest.approx(6.98, rel=0.05)
     assert big.fragmentation == pytest.approx(big.step, abs=8)
     assert small.fragmentation / GIB == pytest.approx(2.99, rel=0.05)
-    grown = estimate(l1, Setup(micro_batch=4, overlap_comm=False, expandable_segments=True, **kw))
+    grown = estimate(l1, Setup.of(micro_batch=4, overlap_comm=False, expandable_segments="on", **kw))
     # expandable segments: only the first step's fp64 norm copy of the embedding's gradient
     assert grown.fragmentation == 8 * l1.largest_layer_params and grown.allocated == big.allocated
 
@@ -427,28 +427,28 @@ def test_zero_1_2_keep_the_first_steps_fp64_norm_copy_reserved() -> None:
     gradient piece, which the step's larger flat buffers never reuse; with checkpointing the
     backward's freed pages are too small for the step's blocks too, and stay beside them."""
     g2 = resolve_model("gemma-2-2b")
-    kw = {"micro_batch": 1, "grad_ckpt": True, "liger": True, "expandable_segments": True}
+    kw = {"micro_batch": 1, "grad_ckpt": True, "liger": "on", "expandable_segments": "on"}
     hole = 8 * g2.embedding_params  # 256000 x 2304 values
     for stage in (1, 2):
-        s = Setup(stage=stage, **kw)
+        s = Setup.of(stage=stage, **kw)
         assert estimate(g2, s).fragmentation == hole + _freed_by_backward(g2, s)
     # Across GPUs each rank copies the pieces of its own partition: Llama-3.1-8B on 2 keeps the
     # embedding's; Gemma-2-2B on 8 (a partition smaller than its embedding) leaves a piece whose
     # fp64 copy outsizes the flat gradient, which then lands in its hole (and its partition's
     # fp32 upcast, 1.2 GiB, in the loss phase's freed run): nothing stays
     l8 = resolve_model("llama-3.1-8b")
-    s = Setup(stage=2, num_gpus=2, **kw)
+    s = Setup.of(stage=2, gpus_per_node=2, **kw)
     assert estimate(l8, s).fragmentation == 8 * l8.embedding_params + _freed_by_backward(l8, s)
-    s = Setup(stage=2, num_gpus=8, **kw)
+    s = Setup.of(stage=2, gpus_per_node=8, **kw)
     assert activation_phases(g2, s)[1] >= 4 * g2.params / 8
     assert estimate(g2, s).fragmentation == 0
-    for other in ({"stage": 3}, {"stage": 0}, {"stage": 2, "offload_optimizer": "cpu"}):
-        assert estimate(g2, Setup(**{**kw, **other})).fragmentation == 0, other
+    for other in ({"stage": 3}, {"stage": 0}, {"stage": 2, "offload": "cpu"}):
+        assert estimate(g2, Setup.of(**{**kw, **other})).fragmentation == 0, other
     # Qwen2.5-0.5B: the embedding is over a quarter of the model, so the flat bf16 gradient
     # (2 B x params) fits in the copy's hole and nothing stays
     q05 = resolve_model("qwen2.5-0.5b")
     assert 8 * q05.embedding_params > 2 * q05.params
-    s = Setup(stage=2, **kw)
+    s = Setup.of(stage=2, **kw)
     assert estimate(q05, s).fragmentation == _freed_by_backward(q05, s)
 
 
@@ -458,9 +458,9 @@ def test_zero_1_2_step_lands_in_the_backwards_pages_only_where_a_run_is_large_en
     fp32 upcast (4 B x params), so all the freed pages stayed beside the step's blocks. Twice
     the batch and the upcast lands in them: only the norm copy's hole stays."""
     l1 = resolve_model("llama-3.2-1b")
-    kw = {"stage": 2, "seq_len": 2048, "liger": True, "packing": True}
+    kw = {"stage": 2, "seq_len": 2048, "liger": "on", "packing": True}
     norm_copy = 8 * l1.embedding_params
-    small = Setup(micro_batch=2, expandable_segments=True, **kw)
+    small = Setup.of(micro_batch=2, expandable_segments="on", **kw)
     kept = activation_phases(l1, small)[0]
     assert kept < 4 * l1.params
     est = estimate(l1, small)
@@ -468,11 +468,11 @@ def test_zero_1_2_step_lands_in_the_backwards_pages_only_where_a_run_is_large_en
     # the norm copy fits in the freed run, so it adds nothing of its own
     assert norm_copy <= kept
     assert est.fragmentation == _freed_by_backward(l1, small)
-    big = Setup(micro_batch=4, expandable_segments=True, **kw)
+    big = Setup.of(micro_batch=4, expandable_segments="on", **kw)
     assert activation_phases(l1, big)[0] >= 4 * l1.params
     assert estimate(l1, big).fragmentation == norm_copy
     # the default allocator: its own rule (min(churn, step) held twice), unchanged
-    default = estimate(l1, Setup(micro_batch=2, **kw))
+    default = estimate(l1, Setup.of(micro_batch=2, **kw))
     assert default.fragmentation == min(_freed_by_backward(l1, small), 6 * l1.params)
 
 
@@ -481,14 +481,14 @@ def test_expandable_segments_keep_part_of_one_fp32_logits_block_without_liger() 
     was 0.54-0.73 fp32 logits blocks on 7 of 8 rows; the default allocator held up to 3.7."""
     l1 = resolve_model("llama-3.2-1b")
     kw = {"stage": 2, "method": "lora", "micro_batch": 2, "seq_len": 4096, "packing": True}
-    grown = estimate(l1, Setup(expandable_segments=True, **kw))
+    grown = estimate(l1, Setup.of(expandable_segments="on", **kw))
     block = 4 * 2 * 4096 * l1.vocab_size
     norm_copy = 8 * 16 * 8192  # the fp64 copy of LoRA's largest gradient: r x the MLP width
     assert grown.fragmentation == pytest.approx(0.6 * block + norm_copy, rel=1e-6)
-    default = estimate(l1, Setup(**kw))
+    default = estimate(l1, Setup.of(**kw))
     assert default.fragmentation > 2 * block  # the loss blocks twice
     assert grown.allocated == default.allocated
-    liger = estimate(l1, Setup(expandable_segments=True, liger=True, **kw))
+    liger = estimate(l1, Setup.of(expandable_segments="on", liger="on", **kw))
     assert liger.fragmentation == norm_copy
 
 
@@ -497,8 +497,8 @@ def test_compile_keeps_silu_gate_out_of_the_saved_activations() -> None:
     compiled norm keeps its bf16 input, not an fp32 copy (session 12)."""
     l1 = resolve_model("llama-3.2-1b")
     kw = {"stage": 2, "method": "lora", "micro_batch": 4, "seq_len": 2048, "packing": True}
-    eager = estimate(l1, Setup(**kw))
-    compiled = estimate(l1, Setup(compile=True, **kw))
+    eager = estimate(l1, Setup.of(**kw))
+    compiled = estimate(l1, Setup.of(compile="on", **kw))
     per_token = 2 * l1.intermediate_size + 2 * 2 * l1.hidden_size
     saved = per_token * 4 * 2048 * l1.num_layers
     assert eager.allocated - compiled.allocated == pytest.approx(saved, rel=1e-6)
@@ -510,8 +510,8 @@ def test_compile_keeps_silu_gate_out_of_the_saved_activations() -> None:
     [
         ({"method": "full"}, 6),  # HF norm: fp32 input copy + the bf16 output its weight grad needs
         ({"method": "lora"}, 4),  # frozen weight: the fp32 copy only
-        ({"method": "full", "liger": True}, 2),  # Liger's RMSNorm: the bf16 input
-        ({"method": "lora", "compile": True}, 2),
+        ({"method": "full", "liger": "on"}, 2),  # Liger's RMSNorm: the bf16 input
+        ({"method": "lora", "compile": "on"}, 2),
     ],
 )
 def test_qk_norm_saves_its_input_per_q_and_k_value(kw: dict, per_value: int) -> None:
@@ -519,7 +519,7 @@ def test_qk_norm_saves_its_input_per_q_and_k_value(kw: dict, per_value: int) -> 
     under without them)."""
     q06 = resolve_model("qwen3-0.6b")
     assert q06.qk_norm
-    s = Setup(stage=2, micro_batch=2, seq_len=1024, **kw)
+    s = Setup.of(stage=2, micro_batch=2, seq_len=1024, **kw)
     with_norm = activation_phases(q06, s)[0]
     without = activation_phases(dataclasses.replace(q06, qk_norm=False), s)[0]
     tokens = 2 * 1024
@@ -530,7 +530,7 @@ def test_lora_offload_reserve_scales_with_trainable_params() -> None:
     # Issue 12: 70B LoRA ZeRO-2 on 8 GPUs with offload showed 70 GiB of "overhead" (the full
     # fine-tune's offload slack applied to LoRA's activations).
     e = estimate(
-        resolve_model("70b"), Setup(stage=2, method="lora", num_gpus=8, offload_optimizer="cpu")
+        resolve_model("70b"), Setup.of(stage=2, method="lora", gpus_per_node=8, offload="cpu")
     )
     assert e.fragmentation < 0.1 * GIB
     assert e.overhead / GIB == pytest.approx(1.7 + 0.3)
@@ -539,66 +539,66 @@ def test_lora_offload_reserve_scales_with_trainable_params() -> None:
 def test_zero3_checkpoint_loads_on_rank0_only() -> None:
     # transformers 5.24: rank 0 map_location="cpu", the others "meta" (docs/estimate.md).
     l70 = resolve_model("70b")
-    e = estimate(l70, Setup(stage=3, num_gpus=8))
+    e = estimate(l70, Setup.of(stage=3, gpus_per_node=8))
     assert e.cpu_load == 2 * l70.params  # once per node 0, not once per rank
     assert e.cpu_total_gib == pytest.approx(2 * l70.params / GIB + 8 * 2.5, rel=1e-6)
-    z2 = estimate(l70, Setup(stage=2, num_gpus=8))
+    z2 = estimate(l70, Setup.of(stage=2, gpus_per_node=8))
     assert z2.cpu_load == 8 * 2 * l70.largest_layer_params
 
 
 def test_zero1_costs_more_than_zero0_on_one_gpu(l7) -> None:
     # DeepSpeed builds the ZeRO optimizer at world size 1 too: bucket + 6P flatten/upcast step
     # against ZeRO-0's 4P per-param fp32 copies (H200 rows 1 and 2: 32.98 vs 36.96 GiB).
-    z0, z1 = (estimate(l7, Setup(stage=s)) for s in (0, 1))
+    z0, z1 = (estimate(l7, Setup.of(stage=s)) for s in (0, 1))
     assert z1.step - z0.step == 2 * P7 and z1.comm > z0.comm == 0
 
 
 def test_optimizer_state_bytes(l7) -> None:
     lora = {"stage": 0, "method": "lora", "deepspeed": False}
-    p_t = estimate(l7, Setup(**lora)).trainable_params
+    p_t = estimate(l7, Setup.of(**lora)).trainable_params
     per = {
-        o: estimate(l7, Setup(optim=o, **lora)).optimizer_states / p_t
-        for o in ("adamw", "adamw_8bit", "paged_adamw_32bit")
+        o: estimate(l7, Setup.of(optim=o, **lora)).optimizer_states / p_t
+        for o in ("adamw_torch", "adamw_8bit", "paged_adamw_32bit")
     }
     # no DeepSpeed: no fp32 master; bnb 0.50: uint8 m, v + an fp32 absmax per 256 values each
     assert per == pytest.approx(
-        {"adamw": 8.0, "adamw_8bit": 2.03125, "paged_adamw_32bit": 8.0}, abs=1e-3
+        {"adamw_torch": 8.0, "adamw_8bit": 2.03125, "paged_adamw_32bit": 8.0}, abs=1e-3
     )
-    ds = estimate(l7, Setup(stage=2, method="lora", optim="adamw_8bit"))
+    ds = estimate(l7, Setup.of(stage=2, method="lora", optim="adamw_8bit"))
     assert ds.optimizer_states / ds.trainable_params == pytest.approx(4 + 2.03125, abs=1e-3)
     # bnb pages only tensors of >= 1e5 elements: r=16 x 4096 attention adapters are not, the
     # r=16 x 11008 MLP ones are.
-    attn = {"lora_targets": ("q_proj", "v_proj"), **lora}
-    assert estimate(l7, Setup(optim="paged_adamw_8bit", **attn)).optimizer_paged == 0
-    assert estimate(l7, Setup(optim="paged_adamw_8bit", **lora)).optimizer_paged > 0
-    assert estimate(l7, Setup(optim="paged_adamw_8bit", lora_rank=64, **lora)).optimizer_paged > 0
+    attn = {"lora_targets": "q_proj,v_proj", **lora}
+    assert estimate(l7, Setup.of(optim="paged_adamw_8bit", **attn)).optimizer_paged == 0
+    assert estimate(l7, Setup.of(optim="paged_adamw_8bit", **lora)).optimizer_paged > 0
+    assert estimate(l7, Setup.of(optim="paged_adamw_8bit", lora_r=64, **lora)).optimizer_paged > 0
 
 
 def test_fp32_adapters_cost_more_and_need_no_deepspeed(l7) -> None:
     kw = {"stage": 0, "method": "qlora", "deepspeed": False, "grad_ckpt": True}
-    bf16, fp32 = (estimate(l7, Setup(adapter_dtype=d, **kw)) for d in ("bf16", "fp32"))
+    bf16, fp32 = (estimate(l7, Setup.of(adapter_dtype=d, **kw)) for d in ("bf16", "fp32"))
     assert fp32.params > bf16.params and fp32.activations > bf16.activations
     with pytest.raises(EstimateError, match="casts every float parameter"):
-        estimate(l7, Setup(stage=2, method="lora", adapter_dtype="fp32"))
+        estimate(l7, Setup.of(stage=2, method="lora", adapter_dtype="fp32"))
     # auto: the engine casts PEFT's fp32 adapters at ZeRO 0-2 and for QLoRA; ZeRO-3 + LoRA
     # (a zero.Init model) converts them without a cast; nothing casts them without DeepSpeed.
-    auto = {st: Setup(stage=st, method="lora").fp32_adapters for st in (0, 1, 2, 3)}
+    auto = {st: Setup.of(stage=st, method="lora").fp32_adapters for st in (0, 1, 2, 3)}
     assert auto == {0: False, 1: False, 2: False, 3: True}
-    assert not Setup(stage=3, method="qlora").fp32_adapters
-    assert Setup(stage=0, method="lora", deepspeed=False).fp32_adapters
+    assert not Setup.of(stage=3, method="qlora").fp32_adapters
+    assert Setup.of(stage=0, method="lora", deepspeed=False).fp32_adapters
     with pytest.raises(EstimateError, match="needs DeepSpeed"):
-        estimate(l7, Setup(stage=2, deepspeed=False))
+        estimate(l7, Setup.of(stage=2, deepspeed=False))
     with pytest.raises(EstimateError, match="bitsandbytes optimizers"):
-        estimate(l7, Setup(stage=2, optim="paged_adamw_8bit", offload_optimizer="cpu"))
+        estimate(l7, Setup.of(stage=2, optim="paged_adamw_8bit", offload="cpu"))
 
 
 def test_packed_rows_pay_for_the_attention_mask(l7) -> None:
     one = {"micro_batch": 1, "seq_len": 16384, "grad_ckpt": True}
-    packed, plain = (estimate(l7, Setup(packing=p, **one)) for p in (True, False))
+    packed, plain = (estimate(l7, Setup.of(packing=p, **one)) for p in (True, False))
     # bool [1, 1, s, s] kept by every layer + the recomputed layer's bf16 additive copy that
     # SDPA's memory-efficient kernel saves (ATen convert_boolean_attn_mask)
     assert packed.activations - plain.activations == 16384**2 + 2 * 16384**2
-    fa2 = estimate(l7, Setup(packing=True, attention="flash_attention_2", **one))
+    fa2 = estimate(l7, Setup.of(packing=True, attn="flash_attention_2", **one))
     assert fa2.activations == plain.activations
 
 
@@ -608,18 +608,18 @@ def test_zero3_lora_frozen_linears_keep_their_inputs() -> None:
     l1 = resolve_model("llama-3.2-1b")
     kw = {"method": "lora", "micro_batch": 2, "seq_len": 1024, "grad_ckpt": True}
     fp32 = {"adapter_dtype": "fp32"}  # ZeRO-3 LoRA's own (Setup.fp32_adapters); ZeRO-2 casts
-    z2, z3 = (activation_phases(l1, Setup(stage=st, **kw, **fp32))[2] for st in (2, 3))
+    z2, z3 = (activation_phases(l1, Setup.of(stage=st, **kw, **fp32))[2] for st in (2, 3))
     per_layer = (4 * l1.hidden_size + 2 * l1.intermediate_size) * 2 * 1024
     assert z3 - z2 == pytest.approx(1.4 * per_layer, abs=2)  # checkpointed: the layer phase
     # bf16 adapters without dropout: lora_A keeps those very tensors, nothing more is kept
     same = {"adapter_dtype": "bf16", "lora_dropout": 0.0}
-    z2, z3 = (activation_phases(l1, Setup(stage=st, **kw, **same))[2] for st in (2, 3))
+    z2, z3 = (activation_phases(l1, Setup.of(stage=st, **kw, **same))[2] for st in (2, 3))
     assert z3 == z2
     # QLoRA's 4-bit linears multiply through bitsandbytes, not F.linear: nothing more, with or
     # without checkpointing
     for ckpt in (True, False):
         q = {**kw, "method": "qlora", "grad_ckpt": ckpt}
-        z2, z3 = (activation_phases(l1, Setup(stage=st, **q)) for st in (2, 3))
+        z2, z3 = (activation_phases(l1, Setup.of(stage=st, **q)) for st in (2, 3))
         assert z3[0] == z2[0] and z3[2] == z2[2]
 
 
@@ -628,9 +628,9 @@ def test_zero3_full_keeps_more_only_with_liger_layer_kernels() -> None:
     on the CPU); the calibrated extra stays where it was measured, Liger's kernels."""
     l1 = resolve_model("llama-3.2-1b")
     kw = {"micro_batch": 2, "seq_len": 1024}
-    hf = [activation_phases(l1, Setup(stage=st, **kw))[0] for st in (2, 3)]
+    hf = [activation_phases(l1, Setup.of(stage=st, **kw))[0] for st in (2, 3)]
     assert hf[0] == hf[1]
-    lg = [activation_phases(l1, Setup(stage=st, liger=True, **kw))[0] for st in (2, 3)]
+    lg = [activation_phases(l1, Setup.of(stage=st, liger="on", **kw))[0] for st in (2, 3)]
     assert lg[1] - lg[0] == int(9.0 * 2 * 1024 * l1.hidden_size) * l1.num_layers
 
 
@@ -640,7 +640,7 @@ def test_gemma2_norms_and_soft_cap() -> None:
     sizes as Llama (CPU, saved-tensor hooks: bench/gemma2_saved_cpu.py)."""
     g2 = resolve_model("gemma-2-2b")
     llama_like = dataclasses.replace(g2, model_type="llama", norms_per_layer=2)
-    s = Setup(stage=2, micro_batch=1, seq_len=1024, attention="eager")
+    s = Setup.of(stage=2, micro_batch=1, seq_len=1024, attn="eager")
     extra = activation_phases(g2, s)[0] - activation_phases(llama_like, s)[0]
     per_layer = 20 * g2.hidden_size * 1024 + 2 * g2.num_heads * 1024 * 1024
     assert extra == per_layer * g2.num_layers

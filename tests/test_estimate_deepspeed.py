@@ -53,14 +53,14 @@ def test_zero2_model_states(counted, name: str, gpus: int, nodes: int) -> None:
     spec, (p, largest) = resolve_model(name), counted[name]
     n = gpus * nodes
     _, ds_gpu = estimate_zero2_model_states_mem_needs(p, gpus, nodes, cpu_offload=False)
-    e = estimate(spec, Setup(stage=2, num_gpus=gpus, num_nodes=nodes))
+    e = estimate(spec, Setup.of(stage=2, gpus_per_node=gpus, num_nodes=nodes))
     # DeepSpeed's 18P/N = 2 bf16 grads + 12 master/Adam + 4 fp32 step grads; dojo also counts the
     # momentary bf16 flatten (2P/N) of the step, so compare 4/6 of dojo's step transient.
     assert abs(e.params + e.gradients + e.optimizer_states + e.step * 4 // 6 - ds_gpu) <= 8
     assert e.params + e.gradients + e.optimizer_states + e.step >= ds_gpu
 
     ds_cpu, ds_gpu = estimate_zero2_model_states_mem_needs(p, gpus, nodes, cpu_offload=True)
-    off = estimate(spec, Setup(stage=2, num_gpus=gpus, num_nodes=nodes, offload_optimizer="cpu"))
+    off = estimate(spec, Setup.of(stage=2, gpus_per_node=gpus, num_nodes=nodes, offload="cpu"))
     assert off.params == ds_gpu  # 2P replicated bf16 params
     # DeepSpeed: P * max(4N, 16) * 1.5 per node. dojo: 18 B per trainable param over the node's
     # ranks (16 as DeepSpeed + a 2 B bf16 copy buffer) + each rank's bf16 temp grad of the largest
@@ -78,7 +78,7 @@ def test_zero3_model_states(counted, name: str, gpus: int, nodes: int) -> None:
 
     spec, (p, largest) = resolve_model(name), counted[name]
     n = gpus * nodes
-    base = Setup(stage=3, num_gpus=gpus, num_nodes=nodes, sub_group_size=10**12)
+    base = Setup.of(stage=3, gpus_per_node=gpus, num_nodes=nodes, sub_group_size=10**12)
 
     _, ds_gpu, ll = estimate_zero3_model_states_mem_needs(p, largest, gpus, nodes, False, False)
     e = estimate(spec, base)
@@ -97,13 +97,13 @@ def test_zero3_model_states(counted, name: str, gpus: int, nodes: int) -> None:
         assert e.params_work == 0 and e.grads_work >= ll // 2
 
     _, ds_gpu, ll = estimate_zero3_model_states_mem_needs(p, largest, gpus, nodes, True, False)
-    off = estimate(spec, Setup(stage=3, num_gpus=gpus, num_nodes=nodes, offload_optimizer="cpu"))
+    off = estimate(spec, Setup.of(stage=3, gpus_per_node=gpus, num_nodes=nodes, offload="cpu"))
     assert abs(off.params + ll - ds_gpu) <= 8
     ds_cpu, ds_gpu, ll = estimate_zero3_model_states_mem_needs(p, largest, gpus, nodes, True, True)
     both = estimate(
         spec,
-        Setup(
-            stage=3, num_gpus=gpus, num_nodes=nodes, offload_optimizer="cpu", offload_param="cpu"
+        Setup.of(
+            stage=3, gpus_per_node=gpus, num_nodes=nodes, offload="cpu", offload_param="cpu"
         ),
     )
     assert both.params == 0 and ds_gpu == ll

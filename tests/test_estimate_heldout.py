@@ -15,7 +15,7 @@ _spec.loader.exec_module(heldout)
 
 def _row(**params: object) -> dict[str, object]:
     base = {"system": "dojo", "shape": "l1b", "stage": 2, "method": "full", "micro_batch": 4,
-            "seq_len": 2048, "grad_ckpt": False, "liger": True, "packing": True, "offload": "none"}  # fmt: skip
+            "seq_len": 2048, "grad_ckpt": False, "liger": "on", "packing": True, "offload": "none"}  # fmt: skip
     return {"row": "r", "split": "held", "params": {**base, **params}, "zero_optimization": {}}
 
 

@@ -25,10 +25,7 @@ def _spec(name: str) -> ModelSpec:
 
 
 def _setup(row: dict[str, Any]) -> Setup:
-    kw = dict(row["setup"])
-    if "lora_targets" in kw:
-        kw["lora_targets"] = tuple(kw["lora_targets"])
-    return Setup(**kw, gpu_memory_gib=row["gpu_memory_gib"])
+    return Setup.of(**row["setup"], gpu_memory_gib=row["gpu_memory_gib"])
 
 
 @pytest.mark.parametrize("row", DATA["rows"], ids=[r["name"] for r in DATA["rows"]])

@@ -10,7 +10,7 @@ from dojo.modelspec import from_hf_config, resolve_model
 
 
 def _setup(tile: int, gpus: int = 1, method: str = "full") -> Setup:
-    return Setup(stage=3, method=method, num_gpus=gpus, sub_group_size=tile)  # type: ignore[arg-type]
+    return Setup.of(stage=3, method=method, gpus_per_node=gpus, sub_group_size=tile)  # type: ignore[arg-type]
 
 
 def test_an_embedding_larger_than_the_tile_is_a_group_of_its_own() -> None:

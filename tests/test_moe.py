@@ -209,5 +209,5 @@ def test_moe_activations_follow_the_experts_a_token_uses() -> None:
     spec = resolve_model(str(DATA / "mixtral-8x7b.config.json"))
     assert spec.active_intermediate_size == 2 * spec.intermediate_size == 28672
     as_dense = dataclasses.replace(spec, num_experts=0, experts_per_token=0, moe_layers=0)
-    s = Setup(seq_len=512, method="full")
+    s = Setup.of(seq_len=512, method="full")
     assert activation_bytes(spec, s)[0] > activation_bytes(as_dense, s)[0]

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from dojo.errors import ConfigError
-from dojo.zero import PRESETS, ZeroConfig, build_ds_config
+from dojo.run.groups.zero import ZeroOptions
+from dojo.zero import PRESETS, build_ds_config
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "zero"
 
@@ -39,7 +40,7 @@ STAGE3_KEYS = {
 
 
 def test_stage2_keys_and_auto_values() -> None:
-    ds = build_ds_config(ZeroConfig(stage=2))
+    ds = build_ds_config(ZeroOptions(stage=2))
     assert set(ds["zero_optimization"]) == STAGE2_KEYS
     for key in (
         "train_batch_size",
@@ -56,7 +57,7 @@ def test_stage2_keys_and_auto_values() -> None:
 
 
 def test_stage3_keys_and_offload_follows() -> None:
-    ds = build_ds_config(ZeroConfig(stage=3, offload="cpu"))
+    ds = build_ds_config(ZeroOptions(stage=3, offload="cpu"))
     zero = ds["zero_optimization"]
     assert set(zero) == STAGE3_KEYS
     assert zero["offload_optimizer"]["device"] == "cpu"
@@ -71,29 +72,29 @@ def test_stage3_keys_and_offload_follows() -> None:
 
 
 def test_offload_param_override() -> None:
-    zero = build_ds_config(ZeroConfig(stage=3, offload="cpu", offload_param="none"))[
+    zero = build_ds_config(ZeroOptions(stage=3, offload="cpu", offload_param="none"))[
         "zero_optimization"
     ]
     assert zero["offload_param"]["device"] == "none"
     assert zero["offload_optimizer"]["device"] == "cpu"
-    zero = build_ds_config(ZeroConfig(stage=3, offload_param="cpu"))["zero_optimization"]
+    zero = build_ds_config(ZeroOptions(stage=3, offload_param="cpu"))["zero_optimization"]
     assert (zero["offload_param"]["device"], zero["offload_optimizer"]["device"]) == ("cpu", "none")
 
 
 def test_stage0_and_stage1() -> None:
-    assert build_ds_config(ZeroConfig(stage=0))["zero_optimization"] == {"stage": 0}
-    assert set(build_ds_config(ZeroConfig(stage=1))["zero_optimization"]) == STAGE2_KEYS
+    assert build_ds_config(ZeroOptions(stage=0))["zero_optimization"] == {"stage": 0}
+    assert set(build_ds_config(ZeroOptions(stage=1))["zero_optimization"]) == STAGE2_KEYS
 
 
 @pytest.mark.parametrize("h", [64, 896, 4096, 8192])
 def test_model_resolves_hf_bucket_formulas(h: int) -> None:
     # transformers trainer_config_finalize: h*h, int(0.9*h*h), 10*h
-    zero = build_ds_config(ZeroConfig(stage=3, hidden_size=h))["zero_optimization"]
+    zero = build_ds_config(ZeroOptions(stage=3), hidden_size=h)["zero_optimization"]
     assert zero["reduce_bucket_size"] == h * h
     assert zero["stage3_prefetch_bucket_size"] == int(0.9 * h * h)
     assert zero["stage3_param_persistence_threshold"] == 10 * h
     assert (
-        build_ds_config(ZeroConfig(stage=2, hidden_size=h))["zero_optimization"][
+        build_ds_config(ZeroOptions(stage=2), hidden_size=h)["zero_optimization"][
             "reduce_bucket_size"
         ]
         == h * h
@@ -101,14 +102,14 @@ def test_model_resolves_hf_bucket_formulas(h: int) -> None:
 
 
 def test_bucket_size_wins_over_model() -> None:
-    zero = build_ds_config(ZeroConfig(stage=2, bucket_size=200_000_000, hidden_size=4096))[
+    zero = build_ds_config(ZeroOptions(stage=2, bucket_size=200_000_000), hidden_size=4096)[
         "zero_optimization"
     ]
     assert zero["reduce_bucket_size"] == zero["allgather_bucket_size"] == 200_000_000
 
 
 def test_optimizer_scheduler_blocks() -> None:
-    ds = build_ds_config(ZeroConfig(stage=2, optimizer="ds", scheduler="ds"))
+    ds = build_ds_config(ZeroOptions(stage=2, optimizer="ds", scheduler="ds"))
     assert ds["optimizer"] == {
         "type": "AdamW",
         "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
@@ -116,20 +117,18 @@ def test_optimizer_scheduler_blocks() -> None:
     assert ds["scheduler"]["type"] == "WarmupDecayLR"
     assert set(ds["scheduler"]["params"].values()) == {"auto"}
     # DeepSpeed optimizer + offload: no need for zero_force_ds_cpu_optimizer
-    assert "zero_force_ds_cpu_optimizer" not in build_ds_config(
-        ZeroConfig(stage=2, offload="cpu", optimizer="ds")
-    )
+    assert "zero_force_ds_cpu_optimizer" not in build_ds_config(ZeroOptions(stage=2, offload="cpu", optimizer="ds"))
 
 
 def test_precision_blocks() -> None:
-    bf16 = build_ds_config(ZeroConfig(precision="bf16"))
+    bf16 = build_ds_config(ZeroOptions(), precision="bf16")
     off = {"enabled": True, "check_grad_overflow": False}
     assert bf16["bf16"] == off and bf16["fp16"] == {"enabled": False}
-    checked = build_ds_config(ZeroConfig(precision="bf16", overflow_check=True))
+    checked = build_ds_config(ZeroOptions(overflow_check=True), precision="bf16")
     assert checked["bf16"] == {"enabled": True, "check_grad_overflow": True}
-    auto = build_ds_config(ZeroConfig())  # TrainingArguments decide bf16; the key rides along
+    auto = build_ds_config(ZeroOptions())  # TrainingArguments decide bf16; the key rides along
     assert auto["bf16"] == {"enabled": "auto", "check_grad_overflow": False}
-    fp16 = build_ds_config(ZeroConfig(precision="fp16"))
+    fp16 = build_ds_config(ZeroOptions(), precision="fp16")
     assert fp16["fp16"]["enabled"] is True and fp16["fp16"]["loss_scale"] == 0
     assert fp16["bf16"] == {"enabled": False}
 
@@ -138,81 +137,69 @@ def test_sub_group_follows_the_optimizer_placement() -> None:
     """ZeRO-3 step transient is 6 B x min(P/N, sub_group_size): 1e8 on the GPU, DeepSpeed's 1e9
     with offload (where the tile sizes pinned host buffers), a given value as given."""
     tile = {
-        (off, given): build_ds_config(ZeroConfig(stage=3, offload=off, sub_group_size=given))[
+        (off, given): build_ds_config(ZeroOptions(stage=3, offload=off, sub_group_size=given))[
             "zero_optimization"
         ]["sub_group_size"]
         for off in ("none", "cpu")
-        for given in (None, 300_000_000)
+        for given in ("auto", 300_000_000)
     }
     assert tile == {
-        ("none", None): 100_000_000,
-        ("cpu", None): 1_000_000_000,
+        ("none", "auto"): 100_000_000,
+        ("cpu", "auto"): 1_000_000_000,
         ("none", 300_000_000): 300_000_000,
         ("cpu", 300_000_000): 300_000_000,
     }
-    assert "sub_group_size" not in build_ds_config(ZeroConfig(stage=2))["zero_optimization"]
+    assert "sub_group_size" not in build_ds_config(ZeroOptions(stage=2))["zero_optimization"]
 
 
 def test_nvme_blocks() -> None:
-    ds = build_ds_config(
-        ZeroConfig(stage=3, offload="nvme", nvme_path="/nvme", largest_param=128_256 * 4096)
-    )
+    ds = build_ds_config(ZeroOptions(stage=3, offload="nvme", nvme_path="/nvme"), largest_param=128_256 * 4096)
     zero = ds["zero_optimization"]
     assert zero["offload_optimizer"]["nvme_path"] == zero["offload_param"]["nvme_path"] == "/nvme"
     assert zero["offload_param"]["buffer_size"] == 128_256 * 4096  # raised to fit the embedding
     assert "aio" in ds
-    small = build_ds_config(ZeroConfig(stage=3, offload="nvme", nvme_path="/n", largest_param=10))
+    small = build_ds_config(ZeroOptions(stage=3, offload="nvme", nvme_path="/n"), largest_param=10)
     assert small["zero_optimization"]["offload_param"]["buffer_size"] == 100_000_000
-    assert "aio" not in build_ds_config(ZeroConfig(stage=3, offload="cpu"))
+    assert "aio" not in build_ds_config(ZeroOptions(stage=3, offload="cpu"))
 
 
 @pytest.mark.parametrize(
-    ("cfg", "message", "hint"),
+    ("cfg", "precision", "message", "hint"),
     [
-        (ZeroConfig(stage=4), "--stage 4 is not a ZeRO stage", "choose --stage 0, 1, 2 or 3"),
+        (ZeroOptions(stage=4), "auto", "--zero 4: choose one of 0, 1, 2, 3", "e.g. --zero 3"),  # type: ignore[arg-type]
+        (ZeroOptions(offload="gpu"), "auto", "--offload 'gpu': choose one of none, cpu, nvme", None),  # type: ignore[arg-type]
         (
-            ZeroConfig(offload="gpu"),
-            "--offload 'gpu' is not an offload device",
-            "choose --offload none, cpu or nvme",
-        ),
-        (
-            ZeroConfig(stage=2, offload_param="cpu"),
+            ZeroOptions(stage=2, offload_param="cpu"),
+            "auto",
             "--offload-param cpu needs --zero 3 (got --zero 2): only ZeRO-3 partitions parameters",
             "use --zero 3, or --offload cpu for the optimizer only",
         ),
         (
-            ZeroConfig(stage=3, offload="nvme"),
+            ZeroOptions(stage=3, offload="nvme"),
+            "auto",
             "--offload nvme needs --nvme-path",
             "pass --nvme-path DIR (a folder on a fast local NVMe disk), or use cpu offload",
         ),
-        (ZeroConfig(stage=3, offload_param="nvme"), "--offload-param nvme needs --nvme-path", None),
-        (ZeroConfig(bucket_size=0), "--bucket-size 0 must be a positive number of elements", None),
-        (
-            ZeroConfig(bucket_size=-5),
-            "--bucket-size -5 must be a positive number of elements",
-            None,
-        ),
-        (ZeroConfig(stage=0, offload="cpu"), "--offload cpu needs ZeRO stage 1, 2 or 3", None),
-        (
-            ZeroConfig(optimizer="torch"),
-            "--optimizer 'torch' is not valid",
-            "choose --optimizer hf or ds",
-        ),
-        (ZeroConfig(precision="fp8"), "--precision 'fp8' is not valid", None),
+        (ZeroOptions(stage=3, offload_param="nvme"), "auto", "--offload-param nvme needs --nvme-path", None),
+        (ZeroOptions(bucket_size=0), "auto", "--bucket-size 0: out of range", None),
+        (ZeroOptions(bucket_size=-5), "auto", "--bucket-size -5: out of range", None),
+        (ZeroOptions(stage=0, offload="cpu"), "auto", "--offload cpu needs ZeRO stage 1, 2 or 3", None),
+        (ZeroOptions(optimizer="torch"), "auto", "--optimizer 'torch': choose one of hf, ds", None),  # type: ignore[arg-type]
+        (ZeroOptions(), "fp8", "--precision 'fp8' is not valid", None),
     ],
 )
-def test_bad_config_messages(cfg: ZeroConfig, message: str, hint: str | None) -> None:
+def test_bad_config_messages(cfg: ZeroOptions, precision: str, message: str, hint: str | None) -> None:
     with pytest.raises(ConfigError) as exc:
-        build_ds_config(cfg)
+        build_ds_config(cfg, precision=precision)
     assert exc.value.message.startswith(message)
     if hint is not None:
         assert exc.value.hint == hint
 
 
 def test_all_problems_are_collected() -> None:
-    problems = ZeroConfig(stage=2, offload_param="nvme", bucket_size=-1).validate()
-    assert len(problems) == 3  # param offload below stage 3, nvme without path, bucket size
-    assert ZeroConfig().validate() == []
+    with pytest.raises(ConfigError) as exc:
+        build_ds_config(ZeroOptions(stage=2, offload_param="nvme"))
+    assert len(exc.value.lines()) == 2  # param offload below stage 3, nvme without path
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

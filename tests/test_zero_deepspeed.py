@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from dojo.zero import PRESETS, ZeroConfig, build_ds_config
+from dojo.run.groups.zero import ZeroOptions
+from dojo.zero import PRESETS, build_ds_config
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +26,7 @@ HIDDEN = 64  # the stub model's hidden size; finalize derives the bucket sizes f
 STEPS = 100
 
 
-def _combos() -> list[ZeroConfig]:
+def _combos() -> list[ZeroOptions]:
     out = []
     for stage in (0, 1, 2, 3):
         if stage == 0:
@@ -38,10 +39,10 @@ def _combos() -> list[ZeroConfig]:
             offloads, ("hf", "ds"), ("hf", "ds")
         ):
             out.append(
-                ZeroConfig(
+                ZeroOptions(
                     stage=stage,
                     offload=opt_dev,
-                    offload_param=par_dev,
+                    offload_param=par_dev or "auto",
                     nvme_path="/local_nvme" if "nvme" in (opt_dev, par_dev) else None,
                     optimizer=optim,
                     scheduler=sched,
@@ -53,8 +54,8 @@ def _combos() -> list[ZeroConfig]:
 COMBOS = _combos()
 
 
-def _id(c: ZeroConfig) -> str:
-    return f"z{c.stage}-opt_{c.offload}-par_{c.offload_param_device}-{c.optimizer}optim-{c.scheduler}sched"
+def _id(c: ZeroOptions) -> str:
+    return f"z{c.stage}-opt_{c.offload}-par_{c.param_device}-{c.optimizer}optim-{c.scheduler}sched"
 
 
 def _autos(node: Any, path: str = "") -> list[str]:
@@ -85,7 +86,7 @@ def _through_trainer(
 
 
 @pytest.mark.parametrize("cfg", COMBOS, ids=_id)
-def test_generated_config_accepted(cfg: ZeroConfig, tmp_path: Path) -> None:
+def test_generated_config_accepted(cfg: ZeroOptions, tmp_path: Path) -> None:
     import torch
     from deepspeed.runtime import lr_schedules
     from deepspeed.runtime.config import DeepSpeedConfig
@@ -142,14 +143,14 @@ def test_precision_matches_training_arguments(
 ) -> None:
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    ds = build_ds_config(ZeroConfig(stage=2, precision=precision))
+    ds = build_ds_config(ZeroOptions(stage=2), precision=precision)
     _, filled = _through_trainer(ds, tmp_path, **(args_kw or {"bf16": False}))
     parsed = DeepSpeedConfig(filled)
     assert (parsed.bfloat16_config.enabled, parsed.float16_config.enabled) == (bf16, fp16)
 
 
 def test_explicit_precision_mismatch_is_caught_by_the_trainer(tmp_path: Path) -> None:
-    ds = build_ds_config(ZeroConfig(stage=2, precision="bf16"))
+    ds = build_ds_config(ZeroOptions(stage=2), precision="bf16")
     with pytest.raises(ValueError, match="bf16.enabled"):
         _through_trainer(ds, tmp_path, fp16=True)
 
@@ -166,7 +167,7 @@ def test_shipped_template_accepted(name: str, tmp_path: Path) -> None:
 def test_model_resolved_config_needs_no_trainer_for_zero_keys() -> None:
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
-    zero = build_ds_config(ZeroConfig(stage=3, offload="nvme", nvme_path="/n", hidden_size=4096))[
+    zero = build_ds_config(ZeroOptions(stage=3, offload="nvme", nvme_path="/n"), hidden_size=4096)[
         "zero_optimization"
     ]
     assert _autos(zero) == []
@@ -239,7 +240,7 @@ def test_explain_matches_transformers_precedence(optim: str, sched: str, tmp_pat
 
     from dojo.zero.explain import explain_optim_sched
 
-    ds = build_ds_config(ZeroConfig(stage=2, optimizer=optim, scheduler=sched))
+    ds = build_ds_config(ZeroOptions(stage=2, optimizer=optim, scheduler=sched))
     args, _ = _through_trainer(ds, tmp_path)
     trainer = _FakeTrainer()
     hf = args.hf_deepspeed_config

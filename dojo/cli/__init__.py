@@ -23,13 +23,16 @@ app = typer.Typer(
     help="Fine-tune open LLMs with DeepSpeed: ZeRO configs, memory estimates, launch, chat templates.",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.command("config")(config_cmd)
-app.command("estimate")(estimate_cmd)
-app.command("train", context_settings={"allow_interspersed_args": True})(train_cmd)
+# Their --help is dojo.cli.help's, one section per option group.
+app.command("config", add_help_option=False)(config_cmd)
+app.command("estimate", add_help_option=False)(estimate_cmd)
+app.command(
+    "train", add_help_option=False, context_settings={"allow_interspersed_args": True}
+)(train_cmd)
 app.add_typer(chat_app, name="chat-template")
 app.command("chat")(chat.chat_cmd)
 app.command("export")(export.export_cmd)

@@ -16,7 +16,7 @@ from dojo.errors import DataError, DojoError, TemplateError
 chat_app = typer.Typer(
     no_args_is_help=True,
     help="Render chat templates exactly as transformers does, and check them for training.",
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

@@ -35,7 +35,7 @@ def estimate_cmd(
     \b
     dojo estimate --model 7b --zero 3
     dojo estimate --model llama-3.1-8b --zero all --micro-batch 4 --seq-len 4096 --grad-ckpt
-    dojo estimate --model 8b --method qlora --liger off --compile off --expandable-segments off --no-packing  # plain HF
+    dojo estimate --model 8b --method qlora --liger off --expandable-segments off  # a plain HF script
     """
     from dojo import _output
     from dojo.errors import EstimateError

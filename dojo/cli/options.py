@@ -8,6 +8,7 @@ counts), for error messages.
 """
 
 import inspect
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -58,10 +59,8 @@ def _param(name: str) -> inspect.Parameter:
             metavar = "TEXT"
     info = typer.Option(
         *opt.flags,
-        # rich renders --help (with its sections); square brackets would read as its markup.
-        help=opt.help_text().replace("[", "\\["),
+        help=opt.help_text(),
         metavar=opt.metavar or metavar,
-        rich_help_panel=opt.panel,
         show_default=False,
     )
     return inspect.Parameter(
@@ -77,7 +76,28 @@ def with_run_options(command: str) -> Callable[[Callable[..., Any]], Callable[..
         params = [*(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own)]
         params += [_param(n) for n in names]
 
+        def show_help(value: bool) -> None:
+            if value:
+                from dojo.cli.help import render
+
+                sys.stdout.write(render(command, fn.__doc__, own, names))
+                raise typer.Exit(0)
+
+        params.append(
+            inspect.Parameter(
+                "help_",
+                inspect.Parameter.KEYWORD_ONLY,
+                default=False,
+                annotation=Annotated[
+                    bool,
+                    typer.Option("--help", "-h", is_eager=True, expose_value=True,
+                                 callback=show_help, help="Show this message and exit."),
+                ],
+            )
+        )  # fmt: skip
+
         def command_body(**kwargs: Any) -> Any:
+            kwargs.pop("help_", None)
             opts = {n: kwargs.pop(n) for n in names}
             opts["__spelled__"] = {n: spelled(n) for n in names if opts[n] is not None}
             for n in names:  # a repeatable option not given arrives as []

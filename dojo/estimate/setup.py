@@ -9,7 +9,6 @@ from typing import Any, Literal
 
 from dojo.errors import EstimateError
 from dojo.modelspec import ModelSpec
-from dojo.run.groups.data import MAX_SEQ_LEN
 from dojo.run.groups.kernels import KernelOptions
 from dojo.run.groups.loop import BNB_OPTIMS
 from dojo.run.groups.lora import LoraOptions
@@ -82,6 +81,7 @@ class Calibration:
 
 
 PLAIN = {
+    "micro_batch": 1,
     "precision": "bf16",
     "liger": "off",
     "attn": "sdpa",
@@ -94,8 +94,8 @@ PLAIN = {
     "report_to": "none",
 }
 """What ``Setup.of`` assumes where an option is not named: a plain HF Trainer + DeepSpeed script
-(no Liger, SDPA, bf16, PyTorch's default allocator, torch AdamW, PEFT's LoRA dropout 0), every
-"auto" of the schema replaced by that script's value."""
+(no Liger, SDPA, bf16, PyTorch's default allocator, torch AdamW, PEFT's LoRA dropout 0) with
+one sample per GPU, every "auto" of the schema replaced by that script's value."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,16 @@ class Setup:
         run = Run(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)},
                   device="cuda", **placement)  # fmt: skip
         return cls(run=run, **extra)
+
+    def changed(self, **changes: Any) -> "Setup":
+        """A copy with options (by name, into their groups) and Setup's own fields changed."""
+        own = {f.name for f in dataclasses.fields(self)} - {"run"}
+        mine = {k: changes.pop(k) for k in list(changes) if k in own}
+        placement = {k: changes.pop(k) for k in ("gpus_per_node",) if k in changes}
+        run = self.run.replace(**changes)
+        if placement:
+            run = dataclasses.replace(run, **placement)
+        return dataclasses.replace(self, run=run, **mine)
 
     # The run's groups, as the terms read them.
     @property
@@ -246,20 +256,11 @@ transformers masking_utils), not measured."""
 
 
 def _checks(s: Setup) -> list[tuple[bool, str, str]]:
-    """What the option parser guarantees for dojo's runs, checked again for Setups made in code
-    (``Setup.of``), plus the rules of the estimator's own fields."""
+    """Rules beyond each option's own range (``dojo.run.schema.invalid``): the placement and
+    the estimator's own fields."""
     r = s.run
     return [
-        (r.zero.stage in (0, 1, 2, 3), f"--zero {r.zero.stage}: no such ZeRO stage", "use 0, 1, 2 or 3"),
         (r.gpus_per_node >= 1, f"--num-gpus {r.gpus_per_node}: must be at least 1", "use e.g. --num-gpus 1"),
-        (r.devices.num_nodes >= 1, f"--num-nodes {r.devices.num_nodes}: must be at least 1", "use e.g. --num-nodes 1"),
-        (r.loop.micro_batch >= 1, f"--micro-batch {r.loop.micro_batch}: must be at least 1", "use e.g. --micro-batch 1"),
-        (
-            1 <= r.data.seq_len <= MAX_SEQ_LEN,
-            f"--seq-len {r.data.seq_len}: must be 1 to {MAX_SEQ_LEN:,} tokens",
-            "use a real context length, e.g. --seq-len 8192",
-        ),
-        (r.lora.lora_r >= 1, f"--lora-r {r.lora.lora_r}: must be at least 1", "use e.g. --lora-r 16"),
         (
             s.gpu_memory_gib is None or 0 < s.gpu_memory_gib < math.inf,
             f"--gpu-memory {s.gpu_memory_gib}: must be a positive number of GiB",
@@ -292,6 +293,12 @@ def _checks(s: Setup) -> list[tuple[bool, str, str]]:
 
 def validate(setup: Setup) -> None:
     """Reject impossible settings with the flag, the value and the fix."""
-    found = [(m, h) for ok, m, h in _checks(setup) if not ok] + zero_problems(setup.zero)
+    from dojo.run.schema import GROUPS, invalid
+
+    found = [p for g in GROUPS for p in invalid(getattr(setup.run, g))]
+    if found:  # the checks below assume valid choices
+        raise EstimateError.of(found)
+    found = [(m, h) for ok, m, h in _checks(setup) if not ok]
+    found += zero_problems(setup.zero, need_path=False)
     if found:
         raise EstimateError.of(found)

@@ -79,6 +79,23 @@ OPTIONS: dict[str, Option] = {
 """Option name -> Option, in --help order."""
 
 
+def invalid(group: Any) -> list[tuple[str, str]]:
+    """(message, hint) for every field of an option group whose value its option would refuse
+    (a wrong choice, a number out of range): for groups built in code rather than parsed."""
+    from dojo.errors import ConfigError
+
+    out = []
+    for f in dataclasses.fields(group):
+        value = getattr(group, f.name)
+        if value is None or isinstance(value, tuple):
+            continue
+        try:
+            OPTIONS[f.name].parse(value)
+        except ConfigError as e:
+            out.append((e.message, e.hint or ""))
+    return out
+
+
 def command_options(command: str) -> tuple[str, ...]:
     """The options ``command`` (config | estimate | train) takes."""
     return tuple(name for name, o in OPTIONS.items() if command in o.commands)

@@ -66,7 +66,9 @@ def build_ds_config(
     ``hidden_size`` (from --model) resolves the "auto" buckets with the HF formulas;
     ``largest_param`` (elements: vocab x hidden) sizes the NVMe parameter swap buffer, which
     DeepSpeed asserts every swapped parameter fits."""
-    found = zero_problems(cfg)
+    from dojo.run.schema import invalid
+
+    found = invalid(cfg) or zero_problems(cfg)
     if precision not in PRECISIONS:
         found.append((f"--precision {precision!r} is not valid", "choose bf16, fp16, fp32 or auto"))
     if found:

@@ -3,7 +3,6 @@
 from dataclasses import dataclass
 from typing import Literal
 
-from dojo.architectures import alias_help
 from dojo.run.field import ALL, opt
 
 Method = Literal["full", "lora", "qlora"]
@@ -13,8 +12,9 @@ Method = Literal["full", "lora", "qlora"]
 class ModelOptions:
     model: str | None = opt(
         None,
-        "Local model folder, config.json, Hub id (org/name), size alias (7b) or architecture name "
-        "(llama-3.1-8b) [default for train: a bundled tiny model]. Aliases: " + alias_help(),
+        "Local model folder, config.json, Hub id (org/name), size alias (1b, 7b, 8b, 70b, ...: "
+        "docs/estimate.md#models) or architecture name (llama-3.1-8b) [default for train: a "
+        "bundled tiny model]",
         example="./Llama-3.2-1B",
         commands=ALL,
     )

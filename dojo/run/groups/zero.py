@@ -150,8 +150,9 @@ class ZeroOptions:
         return True if self.overlap_comm is None else self.overlap_comm
 
 
-def zero_problems(z: ZeroOptions) -> list[tuple[str, str]]:
-    """(message, hint) for every rule the ZeRO flags break together."""
+def zero_problems(z: ZeroOptions, *, need_path: bool = True) -> list[tuple[str, str]]:
+    """(message, hint) for every rule the ZeRO flags break together; ``need_path``: nvme offload
+    needs --nvme-path (not for an estimate of the run)."""
     out: list[tuple[str, str]] = []
     if z.offload != "none" and z.stage == 0:
         out.append((f"--offload {z.offload} needs ZeRO stage 1, 2 or 3 (got --zero 0)",
@@ -160,7 +161,7 @@ def zero_problems(z: ZeroOptions) -> list[tuple[str, str]]:
         out.append((f"--offload-param {z.offload_param} needs --zero 3 (got --zero {z.stage}): "
                     "only ZeRO-3 partitions parameters",
                     f"use --zero 3, or --offload {z.offload_param} for the optimizer only"))  # fmt: skip
-    if "nvme" in (z.offload, z.param_device) and not z.nvme_path:
+    if "nvme" in (z.offload, z.param_device) and not z.nvme_path and need_path:
         flag = "--offload" if z.offload == "nvme" else "--offload-param"
         out.append((f"{flag} nvme needs --nvme-path",
                     "pass --nvme-path DIR (a folder on a fast local NVMe disk), or use cpu offload"))  # fmt: skip
