@@ -1,23 +1,22 @@
-"""Test helpers: a ResolvedRun or an options dict from a few values, as the CLI would make them."""
+"""Test helpers: RunOptions or a resolved Run from a few option values, as the CLI makes them."""
 
 from typing import Any
 
-from dojo.run import inputs, resolve
+from dojo.run import resolve
 from dojo.run.machine import Machine
-from dojo.run.resolved import ResolvedRun
+from dojo.run.run import Run
+from dojo.run.schema import RunOptions
 
 CPU = Machine(cuda=False)
 CUDA = Machine(cuda=True, gpu_ids=(0,), gpu_memory_gib=139.8, liger=False)
 
 
-def values(**given: Any) -> dict[str, Any]:
-    """Every train option, defaults < ``given`` (typed values, like inputs.merge makes)."""
-    return {**inputs.merge("train", {}, {}), **given}
+def values(**given: Any) -> RunOptions:
+    """Every option at its default but ``given`` (typed values, as inputs.merge makes them)."""
+    return RunOptions.from_values(given)
 
 
-def run_of(
-    machine: Machine = CPU, spec: Any = None, gpus_per_node: int = 1, **given: Any
-) -> ResolvedRun:
+def run_of(machine: Machine = CPU, spec: Any = None, gpus_per_node: int = 1, **given: Any) -> Run:
     return resolve.resolve(
         values(**given), machine=machine, spec=spec, gpus_per_node=gpus_per_node, given=set(given)
     )

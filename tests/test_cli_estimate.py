@@ -63,7 +63,7 @@ def test_json_schema(cli) -> None:
     }
     assert 0 < d["model"]["trainable_params"] < 10_000_000
     (row,) = d["rows"]
-    assert row["stage"] == 3 and row["offload_optimizer"] == "none" and row["fits"] is True
+    assert row["stage"] == 3 and row["offload"] == "none" and row["fits"] is True
     assert row["verdict"] == "fits"
     assert set(row["gpu_gib"]) == {
         "total",
@@ -98,7 +98,7 @@ def test_offload_stage3_offloads_params_too(cli) -> None:
     d = json.loads(
         cli("estimate", "--model", "7b", "--zero", "3", "--offload", "cpu", "--json").stdout
     )
-    assert [(r["offload_optimizer"], r["offload_param"]) for r in d["rows"]] == [("cpu", "cpu")]
+    assert [(r["offload"], r["offload_param"]) for r in d["rows"]] == [("cpu", "cpu")]
     d = json.loads(
         cli(
             "estimate",
@@ -242,7 +242,7 @@ def test_plan_rows_all_with_offload() -> None:
 
     values = inputs.merge("estimate", {}, {"model": "7b", "offload": "cpu"})
     runs = cli_estimate.plan_runs(values, resolve_model("7b"), assumed_cuda(), 1, {"offload"}, True)
-    assert [(r.zero, r.offload_optimizer, r.offload_param) for r in runs] == [
+    assert [(r.zero.stage, r.zero.offload, r.zero.offload_param) for r in runs] == [
         (1, "cpu", "none"),
         (2, "cpu", "none"),
         (3, "cpu", "cpu"),

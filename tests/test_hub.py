@@ -79,7 +79,7 @@ def test_revision_picks_the_snapshot(hf_cache: Path, cli: Any) -> None:
     r = cli("estimate", "--model", "org/model", "--revision", "v1", "--json", "--gpu-memory", "80")
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["model"]["params"] == 494_032_768 and doc["runs"][0]["revision"] == "v1"
+    assert doc["model"]["params"] == 494_032_768 and doc["runs"][0]["model"]["revision"] == "v1"
     r = cli("estimate", "--model", "org/model", "--revision", "v2", "--gpu-memory", "80")
     assert r.exit_code == 1
     assert "error: --model org/model@v2: not in the local Hugging Face cache" in r.stderr

@@ -1,16 +1,20 @@
-"""The training-loop options (issue 15, items 1 and 6): catalogue, YAML, resolve rules, errors."""
+"""The training-loop, evaluation and run-folder options (dojo.run.groups.loop, output, data):
+parsing, YAML, resolve rules, errors."""
 
 import dataclasses
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dojo.errors import ConfigError
-from dojo.run import inputs, resolve, resolve_loop
-from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS, SCHEDULERS
-from dojo.run.resolved import ResolvedRun
+from dojo.run import inputs, resolve
+from dojo.run.groups import output
+from dojo.run.groups.loop import Scheduler
+from dojo.run.run import Run
+from dojo.run.schema import OPTIONS, command_options
 from tests.runs import CPU, CUDA, run_of
 
 NEW = ("eval_data", "eval_split", "eval_steps", "early_stopping", "keep_best", "warmup_ratio",
@@ -20,10 +24,11 @@ NEW = ("eval_data", "eval_split", "eval_steps", "early_stopping", "keep_best", "
 
 def test_new_options_are_train_options_only() -> None:
     for name in NEW:
-        assert name in COMMAND_OPTIONS["train"], name
-        assert name not in COMMAND_OPTIONS["config"] and name not in COMMAND_OPTIONS["estimate"]
+        assert name in command_options("train"), name
+        assert name not in command_options("config") and name not in command_options("estimate")
     assert OPTIONS["lr_scheduler"].flags == ("--lr-scheduler", "--scheduler-type")
-    assert set(SCHEDULERS) >= {"linear", "cosine", "cosine_with_restarts", "constant_with_warmup"}
+    assert set(typing.get_args(Scheduler)) >= {"linear", "cosine", "cosine_with_restarts",
+                                               "constant_with_warmup"}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -82,11 +87,12 @@ def test_yaml_keys_and_flags_override(tmp_path: Path) -> None:
     )
     file_values = inputs.load_file(f)
     v = inputs.merge("train", file_values, {"lr_scheduler": "constant_with_warmup"})
-    assert (v["eval_split"], v["early_stopping"], v["warmup_ratio"]) == (0.1, 2, 0.05)
-    assert v["lr_scheduler"] == "constant_with_warmup" and v["dora"] is True
+    assert (v.data.eval_split, v.loop.early_stopping, v.loop.warmup_ratio) == (0.1, 2, 0.05)
+    assert v.loop.lr_scheduler == "constant_with_warmup" and v.lora.dora is True
     run = resolve.resolve(v, machine=CPU, given=set(file_values) | {"lr_scheduler"})
-    assert run.modules_to_save == ("embed_tokens", "lm_head") and run.report_to == ()
-    assert run.keep_best and run.eval_steps == 50  # auto with --early-stopping; at each save
+    assert run.lora.modules_to_save == ("embed_tokens", "lm_head")
+    assert run.output.report_to == "none"
+    assert run.loop.keep_best == "on" and run.loop.eval_steps == 50  # auto with early stopping
     f.write_text("eval_spilt: 0.1\n")
     with pytest.raises(ConfigError) as e:
         inputs.load_file(f)
@@ -111,25 +117,26 @@ def test_print_config_round_trips_new_options(tmp_path: Path) -> None:
 
 def test_defaults_mean_no_eval_and_the_old_schedule() -> None:
     run = run_of()
-    assert not run.evaluates and run.eval_steps is None and not run.keep_best
-    assert (run.lr_scheduler, run.warmup_ratio, run.weight_decay, run.max_grad_norm) == (
+    loop = run.loop
+    assert not run.data.evaluates and loop.eval_steps is None and loop.keep_best == "off"
+    assert (loop.lr_scheduler, loop.warmup_ratio, loop.weight_decay, loop.max_grad_norm) == (
         "linear", None, 0.0, 1.0,
     )  # fmt: skip
-    assert run.neftune_alpha is None and not run.dora and run.modules_to_save == ()
+    assert loop.neftune_alpha is None and not run.lora.dora and run.lora.modules_to_save == ()
 
 
 def test_eval_steps_default_to_each_save() -> None:
-    assert run_of(eval_split=0.1).eval_steps == 50
-    assert run_of(eval_split=0.1, save_steps=20).eval_steps == 20
-    assert run_of(eval_split=0.1, save_steps=0).eval_steps == 50  # no saves: the save default
-    assert run_of(eval_data=("h.jsonl",), eval_steps=7).eval_steps == 7
+    assert run_of(eval_split=0.1).loop.eval_steps == 50
+    assert run_of(eval_split=0.1, save_steps=20).loop.eval_steps == 20
+    assert run_of(eval_split=0.1, save_steps=0).loop.eval_steps == 50  # no saves: the save default
+    assert run_of(eval_data=("h.jsonl",), eval_steps=7).loop.eval_steps == 7
 
 
 def test_keep_best() -> None:
-    assert not run_of(eval_split=0.1).keep_best  # auto without early stopping: the last step
-    assert run_of(eval_split=0.1, early_stopping=2).keep_best
-    assert not run_of(eval_split=0.1, early_stopping=2, keep_best="off").keep_best
-    assert run_of(eval_split=0.1, keep_best="on", save_steps=10, eval_steps=5).keep_best
+    assert run_of(eval_split=0.1).loop.keep_best == "off"  # auto without early stopping: the last step
+    assert run_of(eval_split=0.1, early_stopping=2).loop.keep_best == "on"
+    assert run_of(eval_split=0.1, early_stopping=2, keep_best="off").loop.keep_best == "off"
+    assert run_of(eval_split=0.1, keep_best="on", save_steps=10, eval_steps=5).loop.keep_best == "on"
 
 
 @pytest.mark.parametrize(
@@ -146,8 +153,8 @@ def test_keep_best() -> None:
         ({"warmup_ratio": 0.1, "warmup_steps": 10}, "--warmup-ratio and --warmup-steps exclude", "keep one"),
         ({"dora": True}, "--dora applies to --method lora or qlora only", "--method lora"),
         ({"rslora": True}, "--rslora applies to --method lora", "drop --rslora"),
-        ({"modules_to_save": "lm_head"}, "--modules-to-save applies to --method lora", "--method lora"),
-        ({"method": "lora", "modules_to_save": " , "}, "no module name", "embed_tokens,lm_head"),
+        ({"modules_to_save": ("lm_head",)}, "--modules-to-save applies to --method lora", "--method lora"),
+        ({"method": "lora", "modules_to_save": (" , ",)}, "no module name", "embed_tokens,lm_head"),
     ],
 )  # fmt: skip
 def test_rules_refuse_with_the_fix(given: dict[str, Any], needle: str, hint: str) -> None:
@@ -159,58 +166,51 @@ def test_rules_refuse_with_the_fix(given: dict[str, Any], needle: str, hint: str
 def test_all_problems_in_one_error() -> None:
     with pytest.raises(ConfigError) as e:
         run_of(eval_steps=5, dora=True)
-    assert (
-        "--eval-steps 5 needs eval data" in e.value.message
-        and "(and 1 more: --dora" in e.value.message
-    )
+    lines = e.value.lines()
+    assert [m.split(" ")[0] for m, _ in lines] == ["--dora", "--eval-steps"]
+    assert all(hint for _, hint in lines)  # each problem with its own fix
 
 
 def test_lora_variants_resolve() -> None:
-    run = run_of(method="lora", dora=True, rslora=True, modules_to_save="embed_tokens, lm_head")
-    assert (run.dora, run.rslora, run.modules_to_save) == (True, True, ("embed_tokens", "lm_head"))
-    assert (
-        run_of(warmup_ratio=0.03).warmup_ratio == 0.03
-        and run_of(warmup_ratio=0.03).warmup_steps == 0
-    )
+    run = run_of(method="lora", dora=True, rslora=True, modules_to_save=("embed_tokens, lm_head",))
+    lora = run.lora
+    assert (lora.dora, lora.rslora, lora.modules_to_save) == (True, True, ("embed_tokens", "lm_head"))
+    loop = run_of(warmup_ratio=0.03).loop
+    assert loop.warmup_ratio == 0.03 and loop.warmup_steps == 0
 
 
 @pytest.mark.parametrize(
-    ("max_steps", "expected"), [(None, None), (12, 1), (99, 1), (100, 1), (250, 2), (10_000, 100)]
+    ("max_steps", "expected"), [(None, "auto"), (12, 1), (99, 1), (100, 1), (250, 2), (10_000, 100)]
 )
-def test_logging_steps_auto(max_steps: int | None, expected: int | None) -> None:
-    assert run_of(max_steps=max_steps).logging_steps == expected
-    assert run_of(max_steps=max_steps, logging_steps=7).logging_steps == 7
+def test_logging_steps_auto(max_steps: int | None, expected: int | str) -> None:
+    assert run_of(max_steps=max_steps).output.logging_steps == expected
+    assert run_of(max_steps=max_steps, logging_steps=7).output.logging_steps == 7
 
 
 def test_report_to(monkeypatch: pytest.MonkeyPatch) -> None:
     present = {"tensorboard"}
-    monkeypatch.setattr(resolve_loop, "installed", lambda m: m in present)
+    monkeypatch.setattr(output, "installed", lambda m: m in present)
     run = run_of()
-    assert run.report_to == ("tensorboard",)
+    assert run.output.report_to == "tensorboard"
     assert not any("report" in s for s in run.assumed)  # estimate would print it: noise there
-    assert run_of(report_to="none").report_to == ()
+    assert run_of(report_to="none").output.report_to == "none"
     with pytest.raises(ConfigError) as e:
         run_of(report_to="wandb")
     assert "--report-to wandb: wandb is not installed here" in e.value.message
     assert e.value.hint == "pip install wandb, or use --report-to none"
     assumed = dataclasses.replace(CUDA, assumed=True)  # a dry run planned for another machine
-    assert run_of(assumed, report_to="mlflow").report_to == ("mlflow",)
+    assert run_of(assumed, report_to="mlflow").output.report_to == "mlflow"
     present.clear()
-    assert run_of().report_to == ()
+    assert run_of().output.report_to == "none"
 
 
-def test_round_trip_and_old_records() -> None:
+def test_round_trip() -> None:
     run = run_of(
         CPU,
         method="lora",
         eval_data=("h.jsonl",),
         early_stopping=2,
-        modules_to_save="lm_head,embed_tokens",
+        modules_to_save=("lm_head,embed_tokens",),
     )
-    again = ResolvedRun.from_dict(json.loads(json.dumps(run.to_dict())))
-    assert again == run and again.eval_data == ("h.jsonl",)
-    # A train.json written before these fields: read back with their defaults (no eval).
-    names = {f.name for f in dataclasses.fields(ResolvedRun)}
-    old = {k: v for k, v in run.to_dict().items() if k not in set(NEW) - {"logging_steps"}}
-    assert set(old) < names | {"format"}
-    assert not ResolvedRun.from_dict(old).evaluates
+    again = Run.from_dict(json.loads(json.dumps(run.to_dict())))
+    assert again == run and again.data.eval_data == ("h.jsonl",)

@@ -1,4 +1,5 @@
-"""The option catalogue, default < file < flag, and the one resolver (dojo.run)."""
+"""The run schema (dojo.run.schema, dojo.run.field), default < file < flag (dojo.run.inputs) and
+the one resolver (dojo.run.resolve)."""
 
 import dataclasses
 from pathlib import Path
@@ -8,8 +9,8 @@ import pytest
 
 from dojo.errors import ConfigError, DojoError
 from dojo.run import inputs, resolve
-from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS
-from dojo.run.resolved import ResolvedRun
+from dojo.run.run import Run
+from dojo.run.schema import OPTIONS, RunOptions, command_options
 from tests.runs import CPU, CUDA, run_of, values
 
 PRESETS = Path(__file__).resolve().parents[1] / "templates" / "train"
@@ -18,7 +19,7 @@ PRESETS = Path(__file__).resolve().parents[1] / "templates" / "train"
 def test_every_option_is_documented_and_its_default_parses() -> None:
     for opt in OPTIONS.values():
         assert opt.help and opt.flag.startswith("--"), opt.name
-        if opt.default is not None and opt.kind != "list":
+        if opt.default is not None and opt.kind not in ("list", "floats"):
             assert opt.parse(opt.default) == opt.default, opt.name
 
 
@@ -36,8 +37,9 @@ def test_sizes_accept_every_spelling(raw: object) -> None:
         ("bucket_size", "1e30", "out of range"),
         ("bucket_size", "0", "out of range"),
         ("bucket_size", "2.5", "must be a whole number"),
-        ("zero", "4", "--zero '4': out of range: from 0 to 3"),
-        ("zero", "²", "must be a whole number"),
+        ("stage", "4", "--zero '4': choose one of 0, 1, 2, 3"),
+        ("stage", "²", "choose one of 0, 1, 2, 3"),
+        ("micro_batch", "1" * 5000, "must be a whole number"),
         ("seq_len", "1e400", "must be a whole number"),
         ("lr", "nan", "--lr 'nan': must be a number"),
         ("lr", "2", "out of range"),
@@ -61,19 +63,19 @@ def test_long_values_are_shortened_in_errors() -> None:
 
 
 def test_aliases_are_the_same_option() -> None:
-    assert OPTIONS["zero"].flags[:2] == ("--zero", "--stage")
+    assert OPTIONS["stage"].flags[:2] == ("--zero", "--stage")
     assert "--attention" in OPTIONS["attn"].flags and "--lora-rank" in OPTIONS["lora_r"].flags
     for command in ("config", "estimate", "train"):
-        assert "zero" in COMMAND_OPTIONS[command] and "bucket_size" in COMMAND_OPTIONS[command]
+        assert {"stage", "bucket_size"} <= set(command_options(command))
 
 
 def test_precedence_default_file_flag(tmp_path: Path) -> None:
     f = tmp_path / "run.yaml"
     f.write_text("method: lora\nzero_stage: 3\nlr: 2e-4\nbucket-size: 5e8\n")
     file_values = inputs.load_file(f)
-    v = inputs.merge("train", file_values, {"zero": "1", "method": None})
-    assert v["method"] == "lora" and v["zero"] == 1 and v["lr"] == 2e-4
-    assert v["bucket_size"] == 500_000_000 and v["seq_len"] == OPTIONS["seq_len"].default
+    v = inputs.merge("train", file_values, {"stage": "1", "method": None})
+    assert v.model.method == "lora" and v.zero.stage == 1 and v.loop.lr == 2e-4
+    assert v.zero.bucket_size == 500_000_000 and v.data.seq_len == OPTIONS["seq_len"].default
 
 
 @pytest.mark.parametrize(
@@ -81,7 +83,7 @@ def test_precedence_default_file_flag(tmp_path: Path) -> None:
     [
         ("metod: lora\n", "did you mean 'method'"),
         ("- a\n- b\n", "expected a mapping"),
-        ("zero: 2\nstage: 3\n", "zero is given twice"),
+        ("zero: 2\nstage: 3\n", "stage is given twice"),
         ("method: [1\n", "malformed YAML (line"),
         ("seq_len: big\n", "seq_len 'big': must be a whole number"),
     ],
@@ -100,11 +102,12 @@ def test_presets_by_name_resolve(name: str) -> None:
     header = (PRESETS / f"{name}.yaml").read_text().splitlines()[0]
     assert header.startswith("# dojo train")
     run = resolve.resolve(v, machine=CUDA, given=set())
-    assert run.method == v["method"]
+    assert run.model.method == v.model.method
 
 
 def test_print_config_round_trips(tmp_path: Path) -> None:
-    v = inputs.merge("train", {}, {"method": "lora", "bucket_size": "5e8", "data": ["a.jsonl"]})
+    v = inputs.merge("train", {}, {"method": "lora", "bucket_size": "5e8", "data": ["a.jsonl"],
+                                   "overlap_comm": False, "data_ratios": "1"})  # fmt: skip
     f = tmp_path / "again.yaml"
     f.write_text(inputs.to_yaml(v))
     assert inputs.merge("train", inputs.load_file(f), {}) == v
@@ -112,27 +115,30 @@ def test_print_config_round_trips(tmp_path: Path) -> None:
 
 def test_auto_is_resolved_once() -> None:
     cpu, gpu = run_of(), run_of(CUDA)
-    assert (cpu.precision, cpu.optim, cpu.liger, cpu.compile) == (
+    assert (cpu.kernels.precision, cpu.loop.optim, cpu.kernels.liger, cpu.kernels.compile) == (
         "fp32",
         "adamw_torch",
-        False,
-        False,
+        "off",
+        "off",
     )
-    assert (gpu.precision, gpu.optim) == ("bf16", "adamw_torch_fused")
-    assert run_of(CUDA, method="lora").lr == 2e-4 and run_of(CUDA).lr == 2e-5
-    assert run_of(optimizer="ds").optim == "deepspeed_adamw"
+    assert (gpu.kernels.precision, gpu.loop.optim) == ("bf16", "adamw_torch_fused")
+    assert run_of(CUDA, method="lora").loop.lr == 2e-4 and run_of(CUDA).loop.lr == 2e-5
+    assert run_of(CUDA, optimizer="ds").loop.optim == "adamw_torch"  # never built: the JSON's
+    z3 = run_of(CUDA, stage=3, max_steps=10, report_to="none")
+    for group in ("model", "data", "zero", "kernels", "lora", "loop", "output"):
+        assert "auto" not in vars(getattr(z3, group)).values(), group
 
 
 def test_offload_rules_in_one_place() -> None:
-    assert run_of(zero=3, offload="cpu").offload_param == "cpu"  # config and train agree
-    assert run_of(zero=2, offload="cpu").offload_param == "none"
-    assert run_of(zero=3, offload="cpu", offload_param="none").offload_param == "none"
+    assert run_of(stage=3, offload="cpu").zero.offload_param == "cpu"  # config and train agree
+    assert run_of(stage=2, offload="cpu").zero.offload_param == "none"
+    assert run_of(stage=3, offload="cpu", offload_param="none").zero.offload_param == "none"
     with pytest.raises(ConfigError, match="needs ZeRO stage 1, 2 or 3"):
-        run_of(zero=0, offload="cpu")
+        run_of(stage=0, offload="cpu")
     with pytest.raises(ConfigError, match="--offload-param cpu needs --zero 3"):
-        run_of(zero=2, offload_param="cpu")
+        run_of(stage=2, offload_param="cpu")
     with pytest.raises(ConfigError, match="needs --nvme-path"):
-        run_of(zero=3, offload="nvme")
+        run_of(stage=3, offload="nvme")
     with pytest.raises(ConfigError, match="applies to --optimizer hf"):
         run_of(optimizer="ds", optim="adamw_torch")
     with pytest.raises(ConfigError, match="--liger on needs CUDA"):
@@ -143,123 +149,108 @@ def test_buckets_follow_the_model() -> None:
     from dojo.modelspec import resolve_model
 
     spec = resolve_model("7b")
-    assert run_of(CUDA, spec).bucket_size == 500_000_000  # full ZeRO-2: 5e8
+    assert run_of(CUDA, spec).zero.bucket_size == 500_000_000  # full ZeRO-2: 5e8
     lora = run_of(CUDA, spec, method="lora")  # ZeRO-2 adapters: one bucket, no overlap
-    assert lora.bucket_size == spec.lora_params(16) and not lora.overlap_comm
-    assert run_of(CUDA, spec, method="lora", lora_targets="q_proj,v_proj").bucket_size == (
+    assert lora.zero.bucket_size == spec.lora_params(16) and not lora.zero.overlap_comm
+    assert run_of(CUDA, spec, method="lora", lora_targets="q_proj,v_proj").zero.bucket_size == (
         spec.lora_params(16, ("q_proj", "v_proj"))
     )
-    assert run_of(CUDA, spec, gpus_per_node=2).overlap_comm  # full, 2 GPUs: overlapped
-    assert not run_of(CUDA, spec).overlap_comm  # one GPU: nothing to communicate
-    assert run_of(CUDA, spec, overlap_comm=True).overlap_comm  # asked for: kept
-    assert run_of(CUDA, spec, gpus_per_node=2, method="lora").overlap_comm is False
-    full_head = run_of(CUDA, spec, gpus_per_node=2, method="lora", modules_to_save="lm_head")
-    assert full_head.bucket_size == spec.hidden_size**2 and full_head.overlap_comm  # HF auto
-    z3 = run_of(CUDA, spec, zero=3)
-    assert z3.bucket_size == z3.prefetch_bucket_size == 500_000_000
-    assert z3.z3_leaf == ("LlamaDecoderLayer",)
-    assert run_of(CUDA, spec, zero=3, method="lora").bucket_size == spec.hidden_size**2
-    assert run_of(CUDA, spec, zero=3, method="lora").overlap_comm  # ZeRO-3: as before
-    assert run_of(CUDA, spec, zero=2).prefetch_bucket_size is None  # ZeRO-3 only
-    assert run_of(CUDA, spec, zero=2).z3_leaf == ()
-    assert run_of(CUDA).bucket_size == 500_000_000  # no model known: 5e8 uncapped
-    assert run_of(CUDA, zero=3).z3_leaf == ()  # no model, no layer class
+    assert run_of(CUDA, spec, gpus_per_node=2).zero.overlap_comm  # full, 2 GPUs: overlapped
+    assert not run_of(CUDA, spec).zero.overlap_comm  # one GPU: nothing to communicate
+    assert run_of(CUDA, spec, overlap_comm=True).zero.overlap_comm  # asked for: kept
+    assert run_of(CUDA, spec, gpus_per_node=2, method="lora").zero.overlap_comm is False
+    full_head = run_of(CUDA, spec, gpus_per_node=2, method="lora", modules_to_save=("lm_head",))
+    assert full_head.zero.bucket_size == spec.hidden_size**2 and full_head.zero.overlap_comm  # HF auto
+    z3 = run_of(CUDA, spec, stage=3)
+    assert z3.zero.bucket_size == z3.zero.prefetch_bucket_size == 500_000_000
+    assert z3.zero.leaf_classes == ("LlamaDecoderLayer",)
+    assert run_of(CUDA, spec, stage=3, method="lora").zero.bucket_size == spec.hidden_size**2
+    assert run_of(CUDA, spec, stage=3, method="lora").zero.overlap_comm  # ZeRO-3: as before
+    assert run_of(CUDA, spec, stage=2).zero.prefetch_bucket_size == "auto"  # ZeRO-3 only
+    assert run_of(CUDA, spec, stage=2).zero.leaf_classes == ()
+    assert run_of(CUDA).zero.bucket_size == 500_000_000  # no model known: 5e8 uncapped
+    assert run_of(CUDA, stage=3).zero.leaf_classes == ()  # no model, no layer class
     tiny = resolve_model("qwen2.5-0.5b")
-    assert run_of(CUDA, tiny, zero=3).prefetch_bucket_size == 494_032_768  # capped at the model
-    assert run_of(CUDA, tiny, zero=3).z3_leaf == ("Qwen2DecoderLayer",)
-    assert run_of(CUDA, spec, zero=3, z3_leaf="off").z3_leaf == ()
+    assert run_of(CUDA, tiny, stage=3).zero.prefetch_bucket_size == 494_032_768  # capped at the model
+    assert run_of(CUDA, tiny, stage=3).zero.leaf_classes == ("Qwen2DecoderLayer",)
+    assert run_of(CUDA, spec, stage=3, z3_leaf="off").zero.leaf_classes == ()
+    named = run_of(CUDA, spec, stage=3, z3_leaf="MyLayer").zero.leaf_classes
+    assert named == ("MyLayer",)  # a class of the user's own, as given
 
 
-def test_liger_and_compile_auto_follow_the_machine() -> None:
+def test_liger_auto_follows_the_machine_and_compile() -> None:
     rich = dataclasses.replace(CUDA, liger=True)
     plain = run_of(rich)
-    assert plain.liger and plain.liger_kernels and not plain.compile
+    k = plain.kernels
+    assert k.fused_loss and k.liger_kernels and not k.compiled
     both = run_of(rich, compile="on")  # compile asked for: Liger's layer kernels step aside
-    assert both.compile and both.liger and not both.liger_kernels
+    assert both.kernels.compiled and both.kernels.liger == "loss"
     assert any(a.startswith("liger loss: compile on") for a in both.assumed)
     with pytest.raises(ConfigError, match="--compile on with --liger on") as err:
         run_of(rich, compile="on", liger="on")
     assert "--liger loss" in (err.value.hint or "")
     asked = run_of(rich, compile="off", liger="loss")  # the fused loss alone, asked for
-    assert asked.liger and not asked.liger_kernels and not asked.compile
-    assert not run_of(rich, liger="off").liger
-    assert not run_of(CPU).liger
+    assert asked.kernels.liger == "loss" and not asked.kernels.compiled
+    assert run_of(rich, liger="off").kernels.liger == "off"
+    assert run_of(CPU).kernels.liger == "off"
     with pytest.raises(ConfigError, match="--liger loss needs CUDA"):
         run_of(liger="loss")
 
 
-def test_compile_auto_is_on_only_where_it_was_measured_to_pay() -> None:
+def test_compile_is_off_unless_asked() -> None:
+    """A packed batch's layout changes every step and each new layout recompiles: the default
+    never compiles; --compile on is kept where asked."""
     rich = dataclasses.replace(CUDA, liger=True)
-    lora = {"method": "lora", "packing": True}
-    on = run_of(rich, **lora)  # session 7's T3: LoRA ZeRO-2, packed, no checkpointing
-    assert on.compile and on.liger and not on.liger_kernels  # session 10: the fused loss stays
-    assert any(a.startswith("compile on: LoRA and QLoRA at ZeRO 0-2") for a in on.assumed)
-    assert run_of(rich, zero=0, **lora).compile
-    # session 9's T5: QLoRA ZeRO-2 with checkpointing, 1.84x against 1.24x with Liger
-    qlora = run_of(rich, **{**lora, "method": "qlora", "grad_ckpt": True})
-    assert qlora.compile and qlora.liger and not qlora.liger_kernels and qlora.grad_ckpt
-    assert run_of(rich, **{**lora, "grad_ckpt": True}).compile
-    for other in (
-        {"packing": False},  # padded batches change shape: recompiles, not measured
-        {"zero": 3},
-        {"method": "full"},  # bought nothing (T1, T7)
-        {"offload": "cpu"},
-        {"liger": "on"},  # asked for: Liger's layer kernels with compile gave NaN losses
-        {"compile": "off"},
-    ):
-        run = run_of(rich, **{**lora, **other})
-        assert not run.compile, other
-    assert not run_of(CPU, **lora).compile
-    assert run_of(rich, liger="off", **lora).compile  # Liger refused: compile still pays
-    assert run_of(rich, liger="loss", **lora).compile
+    for other in ({"method": "lora", "packing": True}, {"method": "qlora", "grad_ckpt": True},
+                  {"method": "full"}):  # fmt: skip
+        assert not run_of(rich, **other).kernels.compiled, other
+    assert run_of(rich, method="lora", packing=True, compile="on").kernels.compiled
+    with pytest.raises(ConfigError, match="--compile on needs CUDA"):
+        run_of(CPU, compile="on")
 
 
-def test_compile_auto_keeps_the_liger_memory_of_the_run() -> None:
-    """Compile keeps Liger's fused loss (session 10): its estimate is no larger than the run with
-    all of Liger, so a card the Liger run fits fits the compiled one."""
+def test_compile_keeps_the_liger_memory_of_the_run() -> None:
+    """Compile keeps Liger's fused loss: its estimate is no larger than the run with all of
+    Liger, so a card the Liger run fits fits the compiled one."""
     from dojo.estimate.model import estimate
     from dojo.modelspec import resolve_model
     from dojo.run import render
 
     rich = dataclasses.replace(CUDA, liger=True)
     spec = resolve_model("llama-3.2-1b")
-    # one attention kernel for all three (--attn auto would pick sdpa_varlen without compile)
     lora = {"method": "lora", "packing": True, "micro_batch": 4, "seq_len": 2048, "attn": "sdpa"}
-    compiled = resolve.resolve(values(**lora), machine=rich, spec=spec, given=set(lora))
-    liger = resolve.resolve(values(**lora, compile="off"), machine=rich, spec=spec, given=set(lora))
-    bare = resolve.resolve(
-        values(**lora, liger="off"), machine=rich, spec=spec, given={*lora, "liger"}
-    )
-    assert compiled.compile and not liger.compile and bare.compile
+    compiled = resolve.resolve(values(**lora, compile="on"), machine=rich, spec=spec)
+    liger = resolve.resolve(values(**lora), machine=rich, spec=spec)
+    bare = resolve.resolve(values(**lora, liger="off", compile="on"), machine=rich, spec=spec)
+    assert compiled.kernels.compiled and not liger.kernels.compiled and bare.kernels.compiled
 
-    def gib(run: ResolvedRun) -> float:
+    def gib(run: Run) -> float:
         return estimate(spec, render.estimate_setup(run, 24.0, None)).gpu_total_gib
 
     assert gib(compiled) <= gib(liger) < gib(bare) - 5  # the fp32 logits: many GiB at 128k vocab
 
 
 def test_attn_auto_is_sdpa_varlen_where_it_was_measured() -> None:
-    """Session 10 (T6): packed rows through the FlashAttention kernel by their offsets ran 1.11x
-    the masked SDPA kernel with the same losses; auto picks it only on those terms."""
+    """Packed bf16 rows of a known Llama/Qwen model on CUDA go through the FlashAttention kernel
+    by their offsets; auto picks it only on those terms."""
     from dojo.modelspec import resolve_model
 
     llama, qwen = resolve_model("llama-3.2-1b"), resolve_model("qwen2.5-1.5b")
     packed = {"packing": True}
     run = run_of(CUDA, llama, **packed)
-    assert run.attn == "sdpa_varlen"
+    assert run.kernels.attn == "sdpa_varlen"
     assert any(a.startswith("attn sdpa_varlen: packed samples") for a in run.assumed)
-    assert run_of(CUDA, qwen, method="lora", compile="off", **packed).attn == "sdpa_varlen"
+    assert run_of(CUDA, qwen, method="lora", **packed).kernels.attn == "sdpa_varlen"
     for machine, spec, other in (
         (CUDA, llama, {"packing": False}),  # padded rows: nothing to keep apart
         (CPU, llama, packed),
         (CUDA, llama, {**packed, "precision": "fp16"}),  # pre-Ampere GPUs train in fp16
-        (CUDA, llama, {**packed, "compile": "on"}),  # left out of the compiled graph
-        (CUDA, llama, {**packed, "method": "lora"}),  # compile's auto is on there
+        (CUDA, llama, {**packed, "compile": "on"}),  # would split every compiled layer
         (CUDA, resolve_model("mistral-7b-v0.3"), packed),  # windows not run on the GPU
         (CUDA, None, packed),  # a model dojo does not know
     ):
-        assert run_of(machine, spec, **other).attn == "sdpa", other
-    assert run_of(CUDA, llama, attn="sdpa", **packed).attn == "sdpa"  # asked for: kept
+        assert run_of(machine, spec, **other).kernels.attn == "sdpa", other
+    assert run_of(CUDA, llama, attn="sdpa", **packed).kernels.attn == "sdpa"  # asked for: kept
     assert not any(
         a.startswith("attn ") for a in run_of(CUDA, llama, attn="sdpa", **packed).assumed
     )
@@ -272,7 +263,7 @@ def test_attn_auto_is_eager_for_soft_capping_models(machine: Any) -> None:
     from dojo.modelspec import resolve_model
 
     run = run_of(machine, resolve_model("gemma-2-2b"), packing=True)
-    assert run.attn == "eager"
+    assert run.kernels.attn == "eager"
     assert any(a.startswith("attn eager: gemma2 soft-caps") for a in run.assumed)
 
 
@@ -287,15 +278,15 @@ def test_kernels_without_soft_capping_are_refused_for_gemma2(attn: str) -> None:
 def test_round_trip_through_json() -> None:
     import json
 
-    run = run_of(CUDA, method="lora", data=("a.jsonl",))
-    again = ResolvedRun.from_dict(json.loads(json.dumps(run.to_dict())))
+    run = run_of(CUDA, method="lora", data=("a.jsonl",), modules_to_save=("lm_head",))
+    again = Run.from_dict(json.loads(json.dumps(run.to_dict())))
     assert again == run
     with pytest.raises(ValueError, match="format"):
-        ResolvedRun.from_dict({**run.to_dict(), "format": 99})
+        Run.from_dict({**run.to_dict(), "format": 99})
 
 
 def test_values_helper_matches_merge() -> None:
-    assert values() == inputs.merge("train", {}, {})
+    assert values() == inputs.merge("train", {}, {}) == RunOptions()
 
 
 @pytest.mark.parametrize(
@@ -350,14 +341,14 @@ def test_deeply_nested_data_rows_are_refused(tmp_path: Path) -> None:
 
 def test_expandable_segments_auto_is_on_with_cuda_unless_the_environment_says() -> None:
     on = run_of(CUDA)
-    assert on.expandable_segments
+    assert on.kernels.expandable
     assert any(a.startswith("expandable segments on: ") for a in on.assumed)
-    assert not run_of(CPU).expandable_segments  # a CUDA allocator setting
-    assert not run_of(CUDA, expandable_segments="off").expandable_segments
+    assert not run_of(CPU).kernels.expandable  # a CUDA allocator setting
+    assert not run_of(CUDA, expandable_segments="off").kernels.expandable
     for conf, want in (("expandable_segments:False", False), ("max_split_size_mb:256", True),
                        ("garbage_collection_threshold:0.6,expandable_segments:True", True)):  # fmt: skip
         run = run_of(dataclasses.replace(CUDA, alloc_conf=conf))
-        assert run.expandable_segments is want, conf
+        assert run.kernels.expandable is want, conf
     said = run_of(dataclasses.replace(CUDA, alloc_conf="expandable_segments:False")).assumed
     assert "expandable segments off: PYTORCH_CUDA_ALLOC_CONF says so" in said
 
@@ -372,7 +363,7 @@ def test_expandable_segments_contradictions_are_refused() -> None:
     yes = dataclasses.replace(CUDA, alloc_conf="expandable_segments:True")
     with pytest.raises(ConfigError, match="--expandable-segments off but PYTORCH_CUDA_ALLOC_CONF"):
         run_of(yes, expandable_segments="off")
-    assert run_of(yes, expandable_segments="on").expandable_segments  # the two agree
+    assert run_of(yes, expandable_segments="on").kernels.expandable  # the two agree
 
 
 def test_alloc_conf_parsing() -> None:
@@ -395,14 +386,14 @@ def test_attention_kernels_the_workers_cannot_run_are_refused_before_launch() ->
         assert "--attn sdpa" in (e.value.hint or "")
     with pytest.raises(ConfigError, match="needs the flash-attn package"):
         run_of(CUDA, attn="flash_attention_2")  # CUDA here has no flash_attn
-    assert run_of(dataclasses.replace(CUDA, flash_attn=True), attn="flash_attention_2").attn == (
+    assert run_of(dataclasses.replace(CUDA, flash_attn=True), attn="flash_attention_2").kernels.attn == (
         "flash_attention_2"
     )
-    assert run_of(CUDA, attn="flex_attention").attn == "flex_attention"
+    assert run_of(CUDA, attn="flex_attention").kernels.attn == "flex_attention"
     from dojo.run.machine import assumed_cuda
 
     assumed = run_of(assumed_cuda(), attn="flash_attention_2")  # estimate / dry run elsewhere
-    assert assumed.attn == "flash_attention_2"
+    assert assumed.kernels.attn == "flash_attention_2"
 
 
 def test_flex_attention_is_estimated_without_a_dense_mask() -> None:
@@ -422,7 +413,7 @@ def test_sdpa_varlen_needs_packing_and_no_soft_capping() -> None:
     with pytest.raises(ConfigError, match="--attn sdpa_varlen keeps samples apart") as e:
         run_of(CUDA, attn="sdpa_varlen", packing=False)
     assert "--packing" in (e.value.hint or "")
-    assert run_of(CPU, attn="sdpa_varlen", packing=True).attn == "sdpa_varlen"
+    assert run_of(CPU, attn="sdpa_varlen", packing=True).kernels.attn == "sdpa_varlen"
     gemma = resolve_model("gemma-2-2b")
     with pytest.raises(ConfigError, match="soft-capping") as e:
         resolve.resolve(values(attn="sdpa_varlen", packing=True), machine=CUDA, spec=gemma)

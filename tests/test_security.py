@@ -227,11 +227,11 @@ def test_no_shell_true_and_no_pickle_in_dojo() -> None:
 
 def test_trust_remote_code_is_off_by_default(cli, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert run_of().trust_remote_code is False
+    assert run_of().model.trust_remote_code is False
     r = cli("train", "--nproc", "1", "--dry-run")
     assert r.exit_code == 0, r.stderr
     record = json.loads((tmp_path / "runs/dojo/train.json").read_text())["run"]
-    assert record["trust_remote_code"] is False
+    assert record["model"]["trust_remote_code"] is False
     assert "trust-remote-code" not in r.stderr
 
 
@@ -240,7 +240,7 @@ def test_trust_remote_code_on_says_so(cli, tmp_path: Path, monkeypatch) -> None:
     r = cli("train", "--nproc", "1", "--dry-run", "--trust-remote-code")
     assert r.exit_code == 0, r.stderr
     record = json.loads((tmp_path / "runs/dojo/train.json").read_text())["run"]
-    assert record["trust_remote_code"] is True
+    assert record["model"]["trust_remote_code"] is True
     assert "warning: --trust-remote-code is ON" in r.stderr
 
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from dojo.zero import PRESETS, ZeroConfig, build_ds_config
+from dojo.run.groups.zero import ZeroOptions
+from dojo.zero import PRESETS, build_ds_config
 from dojo.zero.check import Finding, check_config, check_text
 
 
@@ -38,8 +39,8 @@ def test_generated_presets_have_no_errors(name: str) -> None:
 
 
 def test_clean_config_has_no_findings() -> None:
-    assert check_config(build_ds_config(ZeroConfig(stage=2))) == []
-    assert check_config(build_ds_config(ZeroConfig(stage=3, hidden_size=4096))) == []
+    assert check_config(build_ds_config(ZeroOptions(stage=2))) == []
+    assert check_config(build_ds_config(ZeroOptions(stage=3), hidden_size=4096)) == []
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,7 @@ def test_clean_config_has_no_findings() -> None:
     ],
 )
 def test_misspelled_keys_get_did_you_mean(path: tuple[str, ...], bad: str, good: str) -> None:
-    ds = build_ds_config(ZeroConfig(stage=3))
+    ds = build_ds_config(ZeroOptions(stage=3))
     node: dict[str, Any] = ds
     for key in path:
         node = node[key]
@@ -69,7 +70,7 @@ def test_misspelled_keys_get_did_you_mean(path: tuple[str, ...], bad: str, good:
 
 
 def test_unknown_keys_without_close_match() -> None:
-    ds = build_ds_config(ZeroConfig(stage=2))
+    ds = build_ds_config(ZeroOptions(stage=2))
     ds["my_custom_thing"] = 1
     ds["zero_optimization"]["xyzzy"] = 1
     levels = _levels(check_config(ds))
@@ -78,7 +79,7 @@ def test_unknown_keys_without_close_match() -> None:
 
 
 def test_impossible_combinations() -> None:
-    ds = build_ds_config(ZeroConfig(stage=2))
+    ds = build_ds_config(ZeroOptions(stage=2))
     ds["zero_optimization"]["offload_param"] = {"device": "cpu"}
     ds["zero_optimization"]["offload_optimizer"] = {"device": "nvme"}
     ds["bf16"] = {"enabled": True}
@@ -94,12 +95,12 @@ def test_impossible_combinations() -> None:
 
 
 def test_auto_both_precisions_is_fine() -> None:
-    ds = build_ds_config(ZeroConfig(precision="auto"))
+    ds = build_ds_config(ZeroOptions(), precision="auto")
     assert not [f for f in check_config(ds) if f.where.startswith(("fp16", "bf16"))]
 
 
 def test_stage_and_bucket_values() -> None:
-    ds = build_ds_config(ZeroConfig(stage=2))
+    ds = build_ds_config(ZeroOptions(stage=2))
     ds["zero_optimization"]["reduce_bucket_size"] = 0
     assert _levels(check_config(ds))["zero_optimization.reduce_bucket_size"] == "error"
     ds["zero_optimization"]["stage"] = 5
@@ -107,14 +108,14 @@ def test_stage_and_bucket_values() -> None:
 
 
 def test_unfillable_auto_is_an_error() -> None:
-    ds = build_ds_config(ZeroConfig(stage=2))
+    ds = build_ds_config(ZeroOptions(stage=2))
     ds["zero_optimization"]["allgather_bucket_size"] = "auto"
     (f,) = check_config(ds)
     assert (f.where, f.level) == ("zero_optimization.allgather_bucket_size", "error")
 
 
 def test_precedence_warnings() -> None:
-    ds = build_ds_config(ZeroConfig(stage=2, optimizer="ds", scheduler="ds"))
+    ds = build_ds_config(ZeroOptions(stage=2, optimizer="ds", scheduler="ds"))
     findings = check_config(ds)
     assert _levels(findings) == {"optimizer": "warning", "scheduler": "warning"}
     text = _msgs(findings)
@@ -123,7 +124,7 @@ def test_precedence_warnings() -> None:
 
 
 def test_scheduler_and_optimizer_types() -> None:
-    ds = build_ds_config(ZeroConfig(optimizer="ds", scheduler="ds"))
+    ds = build_ds_config(ZeroOptions(optimizer="ds", scheduler="ds"))
     bad = copy.deepcopy(ds)
     bad["scheduler"]["type"] = "WarmupDecay"
     bad["optimizer"]["type"] = "AdamWW"
@@ -139,18 +140,18 @@ def test_scheduler_and_optimizer_types() -> None:
 
 
 def test_offload_with_torch_optimizer_needs_force_flag() -> None:
-    ds = build_ds_config(ZeroConfig(stage=2, offload="cpu"))
+    ds = build_ds_config(ZeroOptions(stage=2, offload="cpu"))
     assert check_config(ds) == []  # the generated file sets zero_force_ds_cpu_optimizer false
     del ds["zero_force_ds_cpu_optimizer"]
     assert _levels(check_config(ds)) == {"zero_force_ds_cpu_optimizer": "warning"}
 
 
 def test_stage3_keys_below_stage3_warn() -> None:
-    ds = build_ds_config(ZeroConfig(stage=2))
+    ds = build_ds_config(ZeroOptions(stage=2))
     ds["zero_optimization"]["stage3_max_live_parameters"] = 1
     assert _levels(check_config(ds)) == {"zero_optimization.stage3_max_live_parameters": "warning"}
 
 
 def test_roundtrip_through_text() -> None:
-    text = json.dumps(build_ds_config(ZeroConfig(stage=3, offload="cpu", optimizer="ds")))
+    text = json.dumps(build_ds_config(ZeroOptions(stage=3, offload="cpu", optimizer="ds")))
     assert _levels(check_text(text)) == {"optimizer": "warning"}

@@ -33,6 +33,11 @@ def render(command: str, doc: str | None, own: list[inspect.Parameter], names: l
         for flags, text in rows:
             out += _row(flags, text, left, width)
         out.append("")
+    if "model" in names:
+        from dojo.architectures import alias_help
+
+        out.append("Size aliases for --model:")
+        out += textwrap.wrap(alias_help(), width, initial_indent="  ", subsequent_indent="  ")
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -177,7 +177,7 @@ class MemoryEstimate:
         """One row of ``dojo estimate --json`` (GiB, 3 decimals)."""
         return {
             "stage": self.setup.zero.stage,
-            "offload_optimizer": self.setup.zero.offload,
+            "offload": self.setup.zero.offload,
             "offload_param": self.setup.zero.offload_param,
             "gpu_gib": {k: round(v / GIB, 3) for k, v in self.gpu_columns().items()},
             "cpu_gib": {k: round(v / GIB, 3) for k, v in self.cpu_columns().items()},

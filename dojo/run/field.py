@@ -57,8 +57,6 @@ def opt(
         "metavar": metavar,
         "commands": commands,
     }
-    if isinstance(default, tuple):
-        return dataclasses.field(default=default, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -149,6 +147,11 @@ class Option:
         raise AssertionError(f"option {self.name}: unknown kind {kind}")  # a bug in a group
 
     def _choice(self, value: Any, where: str) -> Any:
+        if all(isinstance(c, int) for c in self.choices):  # a number from a short range
+            number = _number(value, integer=True)
+            if number is None:
+                raise self._bad(value, where, "must be a whole number" + self._range())
+            return self._bounded(int(number), value, where)
         if isinstance(value, bool):
             raise self._bad(value, where, f"choose one of {self.choice_text()}")
         for c in self.choices:
@@ -160,12 +163,17 @@ class Option:
         return ", ".join(str(c) for c in self.choices)
 
     def _bounded(self, number: Any, raw: Any, where: str) -> Any:
+        ints = self.choices and all(isinstance(c, int) for c in self.choices)
+        if ints and number not in self.choices:
+            raise self._bad(raw, where, "out of range:" + self._range())
         if (self.lo is not None and number < self.lo) or (self.hi is not None and number > self.hi):
             raise self._bad(raw, where, "out of range:" + self._range())
         return number
 
     def _range(self) -> str:
         lo, hi = self.lo, self.hi
+        if self.choices and all(isinstance(c, int) for c in self.choices):
+            lo, hi = min(self.choices), max(self.choices)
 
         def fmt(x: float) -> str:
             return f"{x:g}" if self.kind in ("float", "floats") else f"{int(x):,}"
@@ -301,7 +309,9 @@ def _list(value: Any, where: str) -> tuple[str, ...]:
 
 
 def _floats(value: Any, where: str, option: Option) -> tuple[float, ...]:
-    """'0.7,0.3' or a YAML list -> positive finite numbers."""
+    """'0.7,0.3' or a YAML list -> positive finite numbers; an empty list is none."""
+    if value == [] or value == ():
+        return ()
     items = value if isinstance(value, list | tuple) else str(value).split(",")
     out = []
     for item in items:

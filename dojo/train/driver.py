@@ -303,7 +303,7 @@ def _write_run_files(
     run_dir: Path, rec: dict[str, Any], ds: dict[str, Any], *, force: bool, dry_run: bool
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    if force and not rec["run"]["resume"]:
+    if force and not rec["run"]["output"]["resume"]:
         # Starting over in the same folder: stale checkpoints would be taken by a later --resume.
         for _, path, _ in checkpoints.list_checkpoints(run_dir):
             shutil.rmtree(path, ignore_errors=True)

@@ -5,10 +5,9 @@ precision or world size) passed preflight, rewrote train.json and died in every 
 DeepSpeed/PEFT traceback while loading. Pure: dicts in, sentences out.
 
 The saved side is the checkpoint marker (``dojo_checkpoint.json``: what that checkpoint was
-trained with, written by the worker's CheckpointMarker) over the run record beside it
-(``train.json``, or the coming ``run.json``); the marker wins where both say something, because
-a later launch may have rewritten the run record. Keys are compared only where both sides have
-them, so older markers and records still resume.
+trained with, written by the worker's CheckpointMarker) over the run record beside it; the marker
+wins where both say something, because a later launch may have rewritten the run record. Keys
+are compared only where both sides have them.
 """
 
 import json
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from dojo.errors import LaunchError
-from dojo.zero.build import SUB_GROUP_SIZE
 
 RESUME_KEYS: dict[str, str] = {
     "method": "--method",
@@ -37,26 +35,26 @@ RECORD_NAMES = ("run.json", "train.json")
 
 
 def flat(record: dict[str, Any]) -> dict[str, Any]:
-    """A train.json record ({"run": Run, "paths": ...}) in the keys markers use."""
+    """A run record ({"run": Run.to_dict(), "paths": ...}) in the keys markers use."""
     run = record.get("run")
     if not isinstance(run, dict):
-        return record  # a marker, or an older flat record
+        return record  # a marker
+    group = {g: run.get(g) if isinstance(run.get(g), dict) else {} for g in
+             ("model", "zero", "kernels", "lora", "devices")}  # fmt: skip
+    zero = group["zero"]
     paths = record.get("paths") or {}
     return {
-        "method": run.get("method"),
-        "zero_stage": run.get("zero"),
-        "world_size": int(run.get("gpus_per_node", 1)) * int(run.get("num_nodes", 1)),
-        "model": run.get("model"),
-        "lora_r": run.get("lora_r"),
-        "lora_targets": run.get("lora_targets"),
-        "precision_resolved": run.get("precision"),
-        "offload": run.get("offload_optimizer"),
-        "offload_param": run.get("offload_param"),
-        # ZeRO-3 shards the fp32 optimizer state by this tile: another tile cannot load it. A
-        # record from before dojo wrote it ran DeepSpeed's 1e9.
-        "sub_group_size": run.get(
-            "sub_group_size", SUB_GROUP_SIZE if run.get("zero") == 3 else None
-        ),
+        "method": group["model"].get("method"),
+        "zero_stage": zero.get("stage"),
+        "world_size": int(run.get("gpus_per_node", 1)) * int(group["devices"].get("num_nodes", 1)),
+        "model": group["model"].get("model"),
+        "lora_r": group["lora"].get("lora_r"),
+        "lora_targets": group["lora"].get("lora_targets"),
+        "precision_resolved": group["kernels"].get("precision"),
+        "offload": zero.get("offload"),
+        "offload_param": zero.get("offload_param"),
+        # ZeRO-3 shards the fp32 optimizer state by this tile: another tile cannot load it.
+        "sub_group_size": zero.get("sub_group_size") if zero.get("stage") == 3 else None,
         "model_kind": record.get("model_kind"),
         "model_path": paths.get("model"),
     }

@@ -10,7 +10,7 @@ Source for the precedence rules: transformers 5.24 ``integrations/deepspeed.py``
 
 from typing import Any
 
-from dojo.zero.build import hf_auto_reduce_bucket
+from dojo.run.groups.zero import hf_auto_reduce_bucket
 
 DEFAULT_HF_OPTIM = "adamw_torch_fused"
 """TrainingArguments.optim default in transformers 5.24 with torch >= 2.8 (else adamw_torch)."""

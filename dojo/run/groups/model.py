@@ -13,7 +13,7 @@ class ModelOptions:
     model: str | None = opt(
         None,
         "Local model folder, config.json, Hub id (org/name), size alias (1b, 7b, 8b, 70b, ...: "
-        "docs/estimate.md#models) or architecture name (llama-3.1-8b) [default for train: a "
+        "listed below) or architecture name (llama-3.1-8b) [default for train: a "
         "bundled tiny model]",
         example="./Llama-3.2-1B",
         commands=ALL,
