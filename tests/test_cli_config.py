@@ -83,7 +83,9 @@ def test_writes_file_and_refuses_overwrite(cli, tmp_path: Path) -> None:
     out = tmp_path / "ds.json"
     r = cli("config", "--stage", "2", "-o", str(out))
     assert r.exit_code == 0 and r.stdout == ""
-    assert json.loads(out.read_text()) == build_ds_config(ZeroOptions(stage=2, bucket_size=500_000_000))
+    assert json.loads(out.read_text()) == build_ds_config(
+        ZeroOptions(stage=2, bucket_size=500_000_000)
+    )
     before = out.read_text()
     r = cli("config", "--stage", "3", "-o", str(out))
     assert r.exit_code == 1

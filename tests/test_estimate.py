@@ -194,18 +194,12 @@ def test_eager_adds_quadratic_term(l7) -> None:
 
 def test_checkpointing_cuts_activations(l7) -> None:
     s = Setup.of(seq_len=4096)
-    assert (
-        activation_bytes(l7, s.changed(grad_ckpt=True))[0]
-        < activation_bytes(l7, s)[0] / 5
-    )
+    assert activation_bytes(l7, s.changed(grad_ckpt=True))[0] < activation_bytes(l7, s)[0] / 5
 
 
 def test_lora_dropout_costs_activations(l7) -> None:
     s = Setup.of(method="lora", seq_len=1024)
-    assert (
-        activation_bytes(l7, s.changed(lora_dropout=0.05))[0]
-        > activation_bytes(l7, s)[0]
-    )
+    assert activation_bytes(l7, s.changed(lora_dropout=0.05))[0] > activation_bytes(l7, s)[0]
 
 
 # Predictions of the independent scratch implementation in memory-model.md sec 9 (GiB allocated).
@@ -355,7 +349,9 @@ def test_three_state_verdict(l7) -> None:
         for v, k in (("roomy", 1.2), ("near", 1.03), ("over", 0.99))
     }
     assert at == {"roomy": "fits", "near": "tight", "over": "does not fit"}
-    assert estimate(l7, Setup.of(stage=3, gpus_per_node=8, gpu_memory_gib=total * 1.03)).fits is True
+    assert (
+        estimate(l7, Setup.of(stage=3, gpus_per_node=8, gpu_memory_gib=total * 1.03)).fits is True
+    )
 
 
 def test_paged_optimizer_spills_instead_of_failing(l7) -> None:
@@ -366,7 +362,8 @@ def test_paged_optimizer_spills_instead_of_failing(l7) -> None:
     assert paged.optimizer_paged > 0
     card = (paged.gpu_total - paged.optimizer_paged / 2) / GIB
     assert (
-        estimate(l7, Setup.of(optim="paged_adamw_32bit", gpu_memory_gib=card, **kw)).verdict == "tight"
+        estimate(l7, Setup.of(optim="paged_adamw_32bit", gpu_memory_gib=card, **kw)).verdict
+        == "tight"
     )
     plain = estimate(l7, Setup.of(optim="adamw_torch", gpu_memory_gib=card, **kw))
     assert plain.optimizer_paged == 0 and plain.verdict == "does not fit"
@@ -411,7 +408,9 @@ def test_allocator_reserve_is_what_the_step_cannot_reuse() -> None:
     assert big.fragmentation / GIB == pytest.approx(6.98, rel=0.05)
     assert big.fragmentation == pytest.approx(big.step, abs=8)
     assert small.fragmentation / GIB == pytest.approx(2.99, rel=0.05)
-    grown = estimate(l1, Setup.of(micro_batch=4, overlap_comm=False, expandable_segments="on", **kw))
+    grown = estimate(
+        l1, Setup.of(micro_batch=4, overlap_comm=False, expandable_segments="on", **kw)
+    )
     # expandable segments: only the first step's fp64 norm copy of the embedding's gradient
     assert grown.fragmentation == 8 * l1.largest_layer_params and grown.allocated == big.allocated
 

@@ -102,9 +102,7 @@ def test_zero3_model_states(counted, name: str, gpus: int, nodes: int) -> None:
     ds_cpu, ds_gpu, ll = estimate_zero3_model_states_mem_needs(p, largest, gpus, nodes, True, True)
     both = estimate(
         spec,
-        Setup.of(
-            stage=3, gpus_per_node=gpus, num_nodes=nodes, offload="cpu", offload_param="cpu"
-        ),
+        Setup.of(stage=3, gpus_per_node=gpus, num_nodes=nodes, offload="cpu", offload_param="cpu"),
     )
     assert both.params == 0 and ds_gpu == ll
     # zero_init: DeepSpeed 18P/nodes * 1.5; dojo 18P/nodes (+2 bf16 buffer - the double-counted

@@ -1,7 +1,6 @@
 """Session-4 ZeRO-3 terms (issue 12): z3 leaf decoder layers, the prefetch bucket, gathers that
 alias their partition at world size 1, and the persistent ZeRO-3 bucket in the step phase."""
 
-
 from dojo.estimate import Setup, estimate
 from dojo.modelspec import resolve_model
 
@@ -56,7 +55,9 @@ def test_session4_defaults_raise_the_zero3_estimate_by_prefetch_bucket_and_layer
     old = estimate(M7B, BASE)
     new = estimate(
         M7B,
-        BASE.changed(z3_leaf="LlamaDecoderLayer", prefetch_bucket_size=500_000_000, bucket_size=500_000_000),
+        BASE.changed(
+            z3_leaf="LlamaDecoderLayer", prefetch_bucket_size=500_000_000, bucket_size=500_000_000
+        ),
     )
     layer_over_head = M7B.layer_params - M7B.embedding_params  # gathered and grads: 2 x this
     want = 2 * (500_000_000 - int(0.9 * 4096**2))  # prefetch

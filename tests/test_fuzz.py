@@ -54,9 +54,7 @@ def _generate(cfg: Zero) -> dict[str, Any] | None:
     """The generated config, or None when the flags are refused (with a ConfigError only)."""
     zero, precision, hidden, largest = cfg
     try:
-        return build_ds_config(
-            zero, precision=precision, hidden_size=hidden, largest_param=largest
-        )
+        return build_ds_config(zero, precision=precision, hidden_size=hidden, largest_param=largest)
     except ConfigError as e:
         assert e.message and "\n" not in e.message
         return None

@@ -133,10 +133,14 @@ def test_eval_steps_default_to_each_save() -> None:
 
 
 def test_keep_best() -> None:
-    assert run_of(eval_split=0.1).loop.keep_best == "off"  # auto without early stopping: the last step
+    assert (
+        run_of(eval_split=0.1).loop.keep_best == "off"
+    )  # auto without early stopping: the last step
     assert run_of(eval_split=0.1, early_stopping=2).loop.keep_best == "on"
     assert run_of(eval_split=0.1, early_stopping=2, keep_best="off").loop.keep_best == "off"
-    assert run_of(eval_split=0.1, keep_best="on", save_steps=10, eval_steps=5).loop.keep_best == "on"
+    assert (
+        run_of(eval_split=0.1, keep_best="on", save_steps=10, eval_steps=5).loop.keep_best == "on"
+    )
 
 
 @pytest.mark.parametrize(
@@ -174,7 +178,11 @@ def test_all_problems_in_one_error() -> None:
 def test_lora_variants_resolve() -> None:
     run = run_of(method="lora", dora=True, rslora=True, modules_to_save=("embed_tokens, lm_head",))
     lora = run.lora
-    assert (lora.dora, lora.rslora, lora.modules_to_save) == (True, True, ("embed_tokens", "lm_head"))
+    assert (lora.dora, lora.rslora, lora.modules_to_save) == (
+        True,
+        True,
+        ("embed_tokens", "lm_head"),
+    )
     loop = run_of(warmup_ratio=0.03).loop
     assert loop.warmup_ratio == 0.03 and loop.warmup_steps == 0
 

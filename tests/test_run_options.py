@@ -160,7 +160,9 @@ def test_buckets_follow_the_model() -> None:
     assert run_of(CUDA, spec, overlap_comm=True).zero.overlap_comm  # asked for: kept
     assert run_of(CUDA, spec, gpus_per_node=2, method="lora").zero.overlap_comm is False
     full_head = run_of(CUDA, spec, gpus_per_node=2, method="lora", modules_to_save=("lm_head",))
-    assert full_head.zero.bucket_size == spec.hidden_size**2 and full_head.zero.overlap_comm  # HF auto
+    assert (
+        full_head.zero.bucket_size == spec.hidden_size**2 and full_head.zero.overlap_comm
+    )  # HF auto
     z3 = run_of(CUDA, spec, stage=3)
     assert z3.zero.bucket_size == z3.zero.prefetch_bucket_size == 500_000_000
     assert z3.zero.leaf_classes == ("LlamaDecoderLayer",)
@@ -171,7 +173,9 @@ def test_buckets_follow_the_model() -> None:
     assert run_of(CUDA).zero.bucket_size == 500_000_000  # no model known: 5e8 uncapped
     assert run_of(CUDA, stage=3).zero.leaf_classes == ()  # no model, no layer class
     tiny = resolve_model("qwen2.5-0.5b")
-    assert run_of(CUDA, tiny, stage=3).zero.prefetch_bucket_size == 494_032_768  # capped at the model
+    assert (
+        run_of(CUDA, tiny, stage=3).zero.prefetch_bucket_size == 494_032_768
+    )  # capped at the model
     assert run_of(CUDA, tiny, stage=3).zero.leaf_classes == ("Qwen2DecoderLayer",)
     assert run_of(CUDA, spec, stage=3, z3_leaf="off").zero.leaf_classes == ()
     named = run_of(CUDA, spec, stage=3, z3_leaf="MyLayer").zero.leaf_classes
@@ -386,9 +390,9 @@ def test_attention_kernels_the_workers_cannot_run_are_refused_before_launch() ->
         assert "--attn sdpa" in (e.value.hint or "")
     with pytest.raises(ConfigError, match="needs the flash-attn package"):
         run_of(CUDA, attn="flash_attention_2")  # CUDA here has no flash_attn
-    assert run_of(dataclasses.replace(CUDA, flash_attn=True), attn="flash_attention_2").kernels.attn == (
-        "flash_attention_2"
-    )
+    assert run_of(
+        dataclasses.replace(CUDA, flash_attn=True), attn="flash_attention_2"
+    ).kernels.attn == ("flash_attention_2")
     assert run_of(CUDA, attn="flex_attention").kernels.attn == "flex_attention"
     from dojo.run.machine import assumed_cuda
 

@@ -117,7 +117,9 @@ def test_optimizer_scheduler_blocks() -> None:
     assert ds["scheduler"]["type"] == "WarmupDecayLR"
     assert set(ds["scheduler"]["params"].values()) == {"auto"}
     # DeepSpeed optimizer + offload: no need for zero_force_ds_cpu_optimizer
-    assert "zero_force_ds_cpu_optimizer" not in build_ds_config(ZeroOptions(stage=2, offload="cpu", optimizer="ds"))
+    assert "zero_force_ds_cpu_optimizer" not in build_ds_config(
+        ZeroOptions(stage=2, offload="cpu", optimizer="ds")
+    )
 
 
 def test_precision_blocks() -> None:
@@ -153,7 +155,9 @@ def test_sub_group_follows_the_optimizer_placement() -> None:
 
 
 def test_nvme_blocks() -> None:
-    ds = build_ds_config(ZeroOptions(stage=3, offload="nvme", nvme_path="/nvme"), largest_param=128_256 * 4096)
+    ds = build_ds_config(
+        ZeroOptions(stage=3, offload="nvme", nvme_path="/nvme"), largest_param=128_256 * 4096
+    )
     zero = ds["zero_optimization"]
     assert zero["offload_optimizer"]["nvme_path"] == zero["offload_param"]["nvme_path"] == "/nvme"
     assert zero["offload_param"]["buffer_size"] == 128_256 * 4096  # raised to fit the embedding
@@ -167,7 +171,12 @@ def test_nvme_blocks() -> None:
     ("cfg", "precision", "message", "hint"),
     [
         (ZeroOptions(stage=4), "auto", "--zero 4: choose one of 0, 1, 2, 3", "e.g. --zero 3"),  # type: ignore[arg-type]
-        (ZeroOptions(offload="gpu"), "auto", "--offload 'gpu': choose one of none, cpu, nvme", None),  # type: ignore[arg-type]
+        (
+            ZeroOptions(offload="gpu"),
+            "auto",
+            "--offload 'gpu': choose one of none, cpu, nvme",
+            None,
+        ),  # type: ignore[arg-type]
         (
             ZeroOptions(stage=2, offload_param="cpu"),
             "auto",
@@ -180,15 +189,27 @@ def test_nvme_blocks() -> None:
             "--offload nvme needs --nvme-path",
             "pass --nvme-path DIR (a folder on a fast local NVMe disk), or use cpu offload",
         ),
-        (ZeroOptions(stage=3, offload_param="nvme"), "auto", "--offload-param nvme needs --nvme-path", None),
+        (
+            ZeroOptions(stage=3, offload_param="nvme"),
+            "auto",
+            "--offload-param nvme needs --nvme-path",
+            None,
+        ),
         (ZeroOptions(bucket_size=0), "auto", "--bucket-size 0: out of range", None),
         (ZeroOptions(bucket_size=-5), "auto", "--bucket-size -5: out of range", None),
-        (ZeroOptions(stage=0, offload="cpu"), "auto", "--offload cpu needs ZeRO stage 1, 2 or 3", None),
+        (
+            ZeroOptions(stage=0, offload="cpu"),
+            "auto",
+            "--offload cpu needs ZeRO stage 1, 2 or 3",
+            None,
+        ),
         (ZeroOptions(optimizer="torch"), "auto", "--optimizer 'torch': choose one of hf, ds", None),  # type: ignore[arg-type]
         (ZeroOptions(), "fp8", "--precision 'fp8' is not valid", None),
     ],
 )
-def test_bad_config_messages(cfg: ZeroOptions, precision: str, message: str, hint: str | None) -> None:
+def test_bad_config_messages(
+    cfg: ZeroOptions, precision: str, message: str, hint: str | None
+) -> None:
     with pytest.raises(ConfigError) as exc:
         build_ds_config(cfg, precision=precision)
     assert exc.value.message.startswith(message)

@@ -30,9 +30,9 @@ app = typer.Typer(
 # Their --help is dojo.cli.help's, one section per option group.
 app.command("config", add_help_option=False)(config_cmd)
 app.command("estimate", add_help_option=False)(estimate_cmd)
-app.command(
-    "train", add_help_option=False, context_settings={"allow_interspersed_args": True}
-)(train_cmd)
+app.command("train", add_help_option=False, context_settings={"allow_interspersed_args": True})(
+    train_cmd
+)
 app.add_typer(chat_app, name="chat-template")
 app.command("chat")(chat.chat_cmd)
 app.command("export")(export.export_cmd)

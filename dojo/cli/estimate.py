@@ -14,6 +14,7 @@ from dojo.cli.options import with_run_options
 
 if TYPE_CHECKING:
     from dojo.run.run import Run
+    from dojo.run.schema import RunOptions
 
 
 @with_run_options("estimate")
@@ -58,7 +59,7 @@ def estimate_cmd(
     options = inputs.merge("estimate", {}, opts)
     target = machine.for_plan(gpu_memory_gib=options.devices.gpu_memory)
     gpus_per_node = world_per_node(options.devices, target)
-    spec = resolve_model(options.model.model, revision=options.model.revision)
+    spec = resolve_model(opts["model"], revision=options.model.revision)
     runs = plan_runs(options, spec, target, gpus_per_node, inputs.given(opts), zero_all)
     cpu = options.devices.cpu_memory
     rows = []
@@ -121,7 +122,9 @@ def plan_runs(
     from dojo.run import resolve
 
     def one(o: "RunOptions") -> "Run":
-        return resolve.resolve(o, machine=target, spec=spec, gpus_per_node=gpus_per_node, given=given)
+        return resolve.resolve(
+            o, machine=target, spec=spec, gpus_per_node=gpus_per_node, given=given
+        )
 
     if not zero_all:
         return [one(options)]

@@ -90,7 +90,9 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     # Llama-3.2-1B packed rows show no such cost (docs/estimate.md, session 4).
     a_layer = tokens * per_token
     if s.attention == "eager":
-        a_layer += 6 * spec.num_heads * s.run.data.seq_len * tokens  # fp32 softmax + bf16 copy (sec 3.2)
+        a_layer += (
+            6 * spec.num_heads * s.run.data.seq_len * tokens
+        )  # fp32 softmax + bf16 copy (sec 3.2)
         if spec.model_type in SOFTCAP_MODEL_TYPES:
             # eager_attention_forward's soft-cap, scores / cap -> tanh -> * cap: tanh keeps its
             # bf16 output for backward (CPU, tiny Gemma-2 against Llama: bench/gemma2_saved_cpu.py)
@@ -99,7 +101,11 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     # attention.cpp convert_boolean_attn_mask), and the memory-efficient kernel, the one that
     # takes a mask, saves that bias for its backward: 2 B x b x s^2 per layer, once per layer
     # (no grad is made for it, so a recomputed layer holds it once).
-    bias = BF16 * s.run.loop.micro_batch * s.run.data.seq_len * s.run.data.seq_len if s.attention == "sdpa" and masked else 0
+    bias = (
+        BF16 * s.run.loop.micro_batch * s.run.data.seq_len * s.run.data.seq_len
+        if s.attention == "sdpa" and masked
+        else 0
+    )
     # fp32 embeddings and norms (s.fp32_rest) keep the residual stream in fp32 under autocast:
     # the checkpointed layer inputs are 4 B per value.
     keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.kernels.grad_ckpt else a_layer + bias
@@ -149,7 +155,9 @@ def _mask_bytes(s: Setup) -> int:
     padded to the longest in the batch, so a mask is assumed there too unless the micro-batch
     is one sequence.
     """
-    if s.attention == "flash_attention_2" or (not s.run.data.packing and s.run.loop.micro_batch == 1):
+    if s.attention == "flash_attention_2" or (
+        not s.run.data.packing and s.run.loop.micro_batch == 1
+    ):
         return 0
     per_elem = BF16 if s.attention == "eager" else 1
     return per_elem * s.run.loop.micro_batch * s.run.data.seq_len * s.run.data.seq_len

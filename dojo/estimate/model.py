@@ -127,9 +127,13 @@ def _paged_share(spec: ModelSpec, s: Setup) -> float:
     """Fraction of the trainable params whose optimizer states bitsandbytes pages."""
     if not s.run.loop.optim.startswith("paged"):
         return 0.0
-    if s.run.model.method == "full" or s.deepspeed:  # ZeRO steps one flat fp32 partition: one big tensor
+    if (
+        s.run.model.method == "full" or s.deepspeed
+    ):  # ZeRO steps one flat fp32 partition: one big tensor
         return 1.0
-    names = {n for n, *_ in spec.linears()} if s.lora.target_names is None else set(s.lora.target_names)
+    names = (
+        {n for n, *_ in spec.linears()} if s.lora.target_names is None else set(s.lora.target_names)
+    )
     sizes = [s.lora.lora_r * d for n, a, b, _ in spec.linears() if n in names for d in (a, b)]
     return sum(x for x in sizes if x >= BNB_PAGED_MIN_NUMEL) / max(1, sum(sizes))
 

@@ -158,9 +158,8 @@ class Setup:
         own = {f.name for f in dataclasses.fields(self)} - {"run"}
         mine = {k: changes.pop(k) for k in list(changes) if k in own}
         placement = {k: changes.pop(k) for k in ("gpus_per_node",) if k in changes}
-        run = self.run.replace(**changes)
-        if placement:
-            run = dataclasses.replace(run, **placement)
+        run = dataclasses.replace(self.run.replace(**changes), **placement)
+        assert isinstance(run, Run)
         return dataclasses.replace(self, run=run, **mine)
 
     # The run's groups, as the terms read them.
@@ -175,11 +174,6 @@ class Setup:
     @property
     def lora(self) -> LoraOptions:
         return self.run.lora
-
-
-
-
-
 
     @property
     def world_size(self) -> int:

@@ -103,8 +103,8 @@ def title(rows: list[MemoryEstimate]) -> str:
     """One line naming the model and the settings every row shares."""
     r = rows[0]
     s, spec = r.setup, r.spec
-    method = s.run.model.method
-    method = method if method == "full" else f"{method} r={s.lora.lora_r}"
+    m = s.run.model.method
+    method = m if m == "full" else f"{m} r={s.lora.lora_r}"
     nodes = s.run.devices.num_nodes
     gpus = f"{s.run.gpus_per_node} GPU(s)" + (f" x {nodes} nodes" if nodes > 1 else "")
     limit = f", GPU {s.gpu_memory_gib:.1f} GiB" if s.gpu_memory_gib else ""

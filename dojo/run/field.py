@@ -131,7 +131,11 @@ class Option:
         if kind == "choice":
             return self._choice(value, where)
         if kind == "str":
-            if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, str | int)
+                or not str(value).strip()
+            ):
                 raise self._bad(value, where, "give a non-empty value")
             return str(value)
         if kind in ("int", "size"):
@@ -186,7 +190,9 @@ class Option:
 
     def _bad(self, value: Any, where: str, why: str) -> ConfigError:
         example = self.example or (str(self.choices[0]) if self.choices else "")
-        fix = f"e.g. {self.flag} {example}" if example else f"see 'dojo train --help' for {self.flag}"
+        fix = (
+            f"e.g. {self.flag} {example}" if example else f"see 'dojo train --help' for {self.flag}"
+        )
         return ConfigError(f"{where} {short(value)}: {why}", hint=fix)
 
 
@@ -317,7 +323,7 @@ def _floats(value: Any, where: str, option: Option) -> tuple[float, ...]:
     for item in items:
         number = _number(item.strip() if isinstance(item, str) else item, integer=False)
         if number is None or number <= 0:
-            raise option._bad(value, where, "give positive numbers, one per --data, e.g. 0.7,0.3")
+            raise option._bad(value, where, f"{short(item)} is not a positive number")
         out.append(float(number))
     if not out or not math.isfinite(sum(out)):
         raise option._bad(value, where, "give positive numbers, one per --data, e.g. 0.7,0.3")

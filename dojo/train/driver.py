@@ -43,7 +43,9 @@ def plan(
     preflight.check_template(run.model.template, run.model.model, kind)
     added = vocab.check_before_launch(run, run.model.model if kind == "local" else None)
     data = run.data.data or preflight.default_data()
-    data_info = preflight.check_data(data, columns=run.data.data_columns, ratios=run.data.data_ratios)
+    data_info = preflight.check_data(
+        data, columns=run.data.data_columns, ratios=run.data.data_ratios
+    )
     eval_info = preflight.check_eval_data(run, data_info)
     preflight.check_output(run, spec, force=force)
     resume_from = preflight.check_resume(run, kind)
@@ -80,7 +82,12 @@ def header(p: Plan) -> str:
 
 def stage_advice(run: Run) -> list[str]:
     """Say where a stage buys nothing; never change what the user asked for."""
-    if run.zero.stage == 3 and run.world_size == 1 and run.model.adapters and run.zero.offload_param == "none":
+    if (
+        run.zero.stage == 3
+        and run.world_size == 1
+        and run.model.adapters
+        and run.zero.offload_param == "none"
+    ):
         one = "one CPU process" if run.device == "cpu" else "one GPU"
         return [
             f"note: ZeRO-3 on {one} shards nothing; with a frozen base it only adds per-layer "

@@ -15,8 +15,8 @@ from typing import Any
 from dojo import _output
 from dojo import gpus as gpus_mod
 from dojo.errors import DataError, EstimateError, LaunchError, MissingExtraError
-from dojo.run.machine import Machine, assumed_cuda, host_memory_gib, local
 from dojo.run.groups.devices import DeviceOptions
+from dojo.run.machine import Machine, assumed_cuda, host_memory_gib, local
 from dojo.run.run import Run
 from dojo.train import checkpoints
 from dojo.train.launch import Devices
@@ -215,7 +215,11 @@ def has_weights(folder: str | Path) -> bool:
 
 def check_init(run: Run, model_kind: str) -> None:
     """A model folder without weights trains random weights only when asked (--init random)."""
-    if model_kind == "local" and run.model.init == "pretrained" and not has_weights(str(run.model.model)):
+    if (
+        model_kind == "local"
+        and run.model.init == "pretrained"
+        and not has_weights(str(run.model.model))
+    ):
         raise LaunchError(
             f"--model {run.model.model}: the folder has a config.json but no weights "
             "(*.safetensors or pytorch_model*.bin)",
@@ -302,13 +306,16 @@ def check_output(run: Run, spec: Any, *, force: bool) -> None:
     """Writable, enough free disk, and no earlier run overwritten without --force."""
     out = Path(run.output.output_dir)
     if out.exists() and not out.is_dir():
-        raise LaunchError(f"--output-dir {run.output.output_dir}: is a file", hint="choose a folder path")
+        raise LaunchError(
+            f"--output-dir {run.output.output_dir}: is a file", hint="choose a folder path"
+        )
     parent = out
     while not parent.exists():
         parent = parent.parent
     if not os.access(parent, os.W_OK):
         raise LaunchError(
-            f"--output-dir {run.output.output_dir}: {parent} is not writable", hint="choose another folder"
+            f"--output-dir {run.output.output_dir}: {parent} is not writable",
+            hint="choose another folder",
         )
     held = {p.name for p in out.iterdir()} if out.is_dir() else set()
     planned_only = DRY_RUN_MARK in held and held <= DRY_RUN_FILES

@@ -39,8 +39,10 @@ def flat(record: dict[str, Any]) -> dict[str, Any]:
     run = record.get("run")
     if not isinstance(run, dict):
         return record  # a marker
-    group = {g: run.get(g) if isinstance(run.get(g), dict) else {} for g in
-             ("model", "zero", "kernels", "lora", "devices")}  # fmt: skip
+    group: dict[str, dict[str, Any]] = {
+        g: run[g] if isinstance(run.get(g), dict) else {}
+        for g in ("model", "zero", "kernels", "lora", "devices")
+    }
     zero = group["zero"]
     paths = record.get("paths") or {}
     return {

@@ -153,9 +153,7 @@ def _zero_section(cfg: ZeroOptions, h: int | None, largest: int | None) -> dict[
     if cfg.stage == 0:
         return {"stage": 0}
     reduce = (
-        cfg.bucket_size
-        if cfg.bucket_size != "auto"
-        else (hf_auto_reduce_bucket(h) if h else None)
+        cfg.bucket_size if cfg.bucket_size != "auto" else (hf_auto_reduce_bucket(h) if h else None)
     )
     optim = _offload_block(cfg.offload, cfg.nvme_path, param=False)
     if cfg.stage in (1, 2):

@@ -33,9 +33,12 @@ def test_dry_run_records_the_loop_options(cli, tmp_path: Path, no_gpus) -> None:
     assert "lr_scheduler_type=cosine" in r.stderr  # the schedule that runs is the one said
     assert "eval: 1 valid rows" in r.stderr
     run = json.loads((out / "train.json").read_text())["run"]
-    assert (run["eval_data"], run["eval_steps"], run["early_stopping"]) == ([str(held)], 10, 2)
-    assert (run["keep_best"], run["lr_scheduler"], run["warmup_ratio"]) == (True, "cosine", 0.05)
-    assert (run["report_to"], run["logging_steps"]) == ([], 5)
+    loop = run["loop"]
+    assert (run["data"]["eval_data"], loop["eval_steps"], loop["early_stopping"]) == (
+        [str(held)], 10, 2,
+    )  # fmt: skip
+    assert (loop["keep_best"], loop["lr_scheduler"], loop["warmup_ratio"]) == ("on", "cosine", 0.05)
+    assert (run["output"]["report_to"], run["output"]["logging_steps"]) == ("none", 5)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,5 @@
 """The launcher's argument list, its environment, and process-group handling (Ctrl-C, no orphans)."""
 
-import dataclasses
 import json
 import os
 import shutil
@@ -14,7 +13,7 @@ import pytest
 
 from dojo.errors import ConfigError, LaunchError, MissingExtraError
 from dojo.gpus import Gpu
-from dojo.run.resolved import ResolvedRun
+from dojo.run.run import Run
 from dojo.train import checkpoints, launch, preflight
 from dojo.train.launch import Devices
 from tests.runs import CUDA, run_of, values
@@ -26,7 +25,7 @@ PY = "/usr/bin/python3"
 H200 = [Gpu(i, "NVIDIA H200", 139.8) for i in range(4)]
 
 
-def cmd(cfg: ResolvedRun, devices: Devices, port: int = 29555) -> list[str]:
+def cmd(cfg: Run, devices: Devices, port: int = 29555) -> list[str]:
     return launch.build_command(cfg, "/runs/a b", devices, port, python=PY)
 
 
@@ -112,23 +111,23 @@ def test_free_port_is_bindable() -> None:
 )
 def test_bad_gpus_refused(spec: str, needle: str) -> None:
     with pytest.raises(LaunchError) as e:
-        preflight.place(values(gpus=spec), H200, dry_run=False)[1]
+        preflight.place(values(gpus=spec).devices, H200, dry_run=False)[1]
     assert needle in e.value.message
     if "spaces" not in needle:
         assert "GPUs present: 0,1,2,3" in (e.value.hint or "")
 
 
 def test_devices_resolution() -> None:
-    assert preflight.place(values(gpus="all"), H200, dry_run=False)[1] == Devices(
+    assert preflight.place(values(gpus="all").devices, H200, dry_run=False)[1] == Devices(
         "cuda", (0, 1, 2, 3)
     )
-    assert preflight.place(values(gpus="2,0"), H200, dry_run=False)[1].ids == (0, 2)
-    assert preflight.place(values(), [], dry_run=False)[1] == Devices("cpu", (0,))
-    assert preflight.place(values(nproc=2), [], dry_run=False)[1] == Devices("cpu", (0, 1))
+    assert preflight.place(values(gpus="2,0").devices, H200, dry_run=False)[1].ids == (0, 2)
+    assert preflight.place(values().devices, [], dry_run=False)[1] == Devices("cpu", (0,))
+    assert preflight.place(values(nproc=2).devices, [], dry_run=False)[1] == Devices("cpu", (0, 1))
     with pytest.raises(LaunchError, match="--gpus all: no NVIDIA GPU found"):
-        preflight.place(values(gpus="all"), [], dry_run=False)[1]
+        preflight.place(values(gpus="all").devices, [], dry_run=False)[1]
     with pytest.raises(LaunchError, match="with --hostfile"):
-        preflight.place(values(gpus="0", hostfile="h"), H200, dry_run=False)[1]
+        preflight.place(values(gpus="0", hostfile="h").devices, H200, dry_run=False)[1]
 
 
 def _installed(monkeypatch: pytest.MonkeyPatch, *missing: str) -> None:
@@ -171,8 +170,8 @@ def test_qlora_needs_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_precision_resolution() -> None:
-    assert run_of(CUDA).precision == "bf16"
-    assert run_of().precision == "fp32"
+    assert run_of(CUDA).kernels.precision == "bf16"
+    assert run_of().kernels.precision == "fp32"
     with pytest.raises(ConfigError, match="fp16 needs a GPU"):
         run_of(precision="fp16")
 
@@ -217,7 +216,7 @@ def test_output_dir_checks(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match="already holds files"):
         preflight.check_output(cfg, None, force=False)
     preflight.check_output(cfg, None, force=True)
-    preflight.check_output(dataclasses.replace(cfg, resume=True), None, force=False)
+    preflight.check_output(cfg.replace(resume=True), None, force=False)
     (tmp_path / "file").write_text("x")
     with pytest.raises(LaunchError, match="is a file"):
         preflight.check_output(run_of(output_dir=str(tmp_path / "file")), None, force=False)
@@ -243,7 +242,7 @@ def test_no_save_model_needs_no_room_for_final_weights(tmp_path: Path, monkeypat
     cfg = run_of(output_dir=str(tmp_path / "run"), method="full", save_steps=0)
     with pytest.raises(LaunchError, match=r"\(0 checkpoints \+ final weights\)"):
         preflight.check_output(cfg, spec, force=False)
-    preflight.check_output(dataclasses.replace(cfg, save_model=False), spec, force=False)
+    preflight.check_output(cfg.replace(save_model=False), spec, force=False)
 
 
 def test_unwritable_output_dir(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """`dojo chat` / `dojo export` before any model loads: what a run folder holds, and every refusal.
 
-Fast and torch-free: run folders are faked with a real train.json (a ResolvedRun) and the files
+Fast and torch-free: run folders are faked with a real train.json (a Run) and the files
 `dojo train` writes; the slow tests (test_chat_export.py) load and generate.
 """
 
@@ -50,7 +50,7 @@ def test_adapter_on_the_seeded_random_base(tmp_path: Path) -> None:
     assert out.kind == "adapter" and out.weights == tmp_path / "run"
     assert out.base == str(tmp_path / "run" / "init-weights")  # what the worker trained on
     assert out.tokenizer == str(tmp_path / "run")  # the tokenizer the run saved
-    assert out.run.method == "lora"
+    assert out.run.model.method == "lora"
 
 
 def test_full_model_and_merged(tmp_path: Path) -> None:

@@ -213,33 +213,31 @@ def test_checkpoint_marker_writes_settings_and_manifest(tmp_path: Path) -> None:
 
 
 def test_preflight_compares_the_resolved_run(tmp_path: Path) -> None:
-    """dojo train --resume: this run's ResolvedRun against the checkpoint, before launch."""
+    """dojo train --resume: this run's Run against the checkpoint, before launch."""
     from dojo.train import preflight
     from tests.runs import run_of
 
     _ckpt(tmp_path, 10)
     (tmp_path / "train.json").write_text(json.dumps(RUN))
-    asked = run_of(output_dir=str(tmp_path), resume=True, method="full", zero=3, gpus_per_node=2)
+    asked = run_of(output_dir=str(tmp_path), resume=True, method="full", stage=3, gpus_per_node=2)
     with pytest.raises(LaunchError, match="this run asks --method full --zero 3"):
         preflight.check_resume(asked)
-    same = run_of(output_dir=str(tmp_path), resume=True, method="lora", zero=2, gpus_per_node=2)
+    same = run_of(output_dir=str(tmp_path), resume=True, method="lora", stage=2, gpus_per_node=2)
     assert preflight.check_resume(same) == str(tmp_path / "checkpoint-10")
 
 
 def test_zero3_tile_change_is_refused(tmp_path: Path) -> None:
-    """A ZeRO-3 checkpoint's fp32 optimizer state is sharded by sub_group_size: a record from
-    before dojo wrote it ran DeepSpeed's 1e9, which today's 1e8 default cannot load."""
+    """A ZeRO-3 checkpoint's fp32 optimizer state is sharded by sub_group_size: one trained with
+    DeepSpeed's 1e9 cannot load with dojo's 1e8 default."""
     from dojo.train import preflight
     from tests.runs import run_of
 
     meta = {"method": "full", "zero_stage": 3, "world_size": 2, "precision_resolved": "fp32"}
-    _ckpt(tmp_path, 10, meta)  # an old marker: no sub_group_size, the record beside it decides
-    old = {"run": {"method": "full", "zero": 3, "gpus_per_node": 2, "num_nodes": 1,
-                   "model": None, "precision": "fp32", "offload_optimizer": "none",
-                   "offload_param": "none"}}  # fmt: skip
-    (tmp_path / "train.json").write_text(json.dumps(old))
+    _ckpt(tmp_path, 10, meta)  # a marker without sub_group_size: the record beside it decides
     common: dict[str, Any] = {"output_dir": str(tmp_path), "resume": True, "method": "full"}
-    common |= {"zero": 3, "gpus_per_node": 2}
+    common |= {"stage": 3, "gpus_per_node": 2}
+    trained = run_of(**common, sub_group_size=1_000_000_000)
+    (tmp_path / "train.json").write_text(json.dumps({"run": trained.to_dict()}))
     now = run_of(**common, sub_group_size=100_000_000)
     with pytest.raises(LaunchError, match="with --sub-group-size 1000000000, this run asks --sub"):
         preflight.check_resume(now)

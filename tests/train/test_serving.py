@@ -1,7 +1,6 @@
 """Output that serves (issue 15 item 3), fast: which template tokens must be single tokens, the
 tokenizer the run saves, generation_config.json; and the worker's eval split and Trainer args."""
 
-import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -18,6 +17,7 @@ from dojo.chat.template import load_template, render  # noqa: E402
 from dojo.errors import DataError, DojoError  # noqa: E402
 from dojo.train import vocab  # noqa: E402
 from dojo.train.tiny import materialize_tiny_model  # noqa: E402
+from tests.runs import run_of  # noqa: E402
 
 CHAT = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]
 
@@ -33,9 +33,8 @@ def _tok(folder: Path) -> Any:
     return AutoTokenizer.from_pretrained(folder)
 
 
-def _run(**kw: Any) -> Any:
-    base = {"adapters": False, "modules_to_save": (), "method": "full"}
-    return SimpleNamespace(**{**base, **kw})
+def _run(adapters: bool = False) -> Any:
+    return run_of(method="lora" if adapters else "full")
 
 
 @pytest.mark.parametrize(
@@ -156,7 +155,6 @@ def test_training_args_spell_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     # build_training_args sets this (setdefault) for the worker process; here, in pytest's own
     # process, it would leak into every later run's environment and move their TensorBoard logs.
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tensorboard"))
-    from tests.runs import run_of
 
     (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 0}}))
     run = run_of(
@@ -180,18 +178,16 @@ def test_training_args_spell_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     kw = (
         getattr(ckpt, "activation_checkpointing_kwargs", None) or ckpt.gradient_checkpointing_kwargs
     )
-    assert kw == {"use_reentrant": True}  # the faster path (host-bound steps, session 5)
+    assert kw == {"use_reentrant": True}  # the faster path (host-bound steps)
     assert not args.use_liger_kernel and args.liger_kernel_config is None
-    loss_only = dataclasses.replace(run, liger=True, liger_kernels=False)  # --liger loss
+    loss_only = run.replace(liger="loss")
     largs = build_training_args(SimpleNamespace(**{**vars(job), "run": loss_only}))
     assert largs.use_liger_kernel and largs.liger_kernel_config["fused_linear_cross_entropy"]
     assert not any(
         v for k, v in largs.liger_kernel_config.items() if k != "fused_linear_cross_entropy"
     )
     assert {"rms_norm", "swiglu", "rope", "geglu"} <= set(largs.liger_kernel_config)
-    every = dataclasses.replace(
-        run, liger=True, liger_kernels=True
-    )  # --liger on: liger-kernel's own defaults
+    every = run.replace(liger="on")  # liger-kernel's own defaults
     assert (
         build_training_args(SimpleNamespace(**{**vars(job), "run": every})).liger_kernel_config
         is None

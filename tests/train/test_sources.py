@@ -216,7 +216,7 @@ def test_cli_yaml_columns_and_bad_flags_refused_before_launch(cli: Any, tmp_path
     cases = [
         (["--data", str(csv)], f"error: --data {csv}: CSV columns question, answer hold no known format"),
         (["--data", f"{csv}=0.5", "--data", str(csv)], f"error: --data {csv}: no mixing weight"),
-        (["--data", str(csv), "--data-ratios", "1,x"], "error: --data-ratios 1,x: 'x' is not a positive number"),
+        (["--data", str(csv), "--data-ratios", "1,x"], "error: --data-ratios '1,x': 'x' is not a positive number"),
         (["--data", str(csv), "--data-columns", "answer=a"], "error: --data-columns answer=a: 'answer' is not"),
     ]  # fmt: skip
     for args, first in cases:

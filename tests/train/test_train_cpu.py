@@ -264,4 +264,4 @@ def test_gemma2_trains_with_auto_attention(tmp_path: Path) -> None:
     r = dojo_train(out, "--model", str(model), "--init", "random", "--max-steps", "3", nproc=1)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "assumed: attn eager: gemma2 soft-caps" in r.stderr
-    assert json.loads((out / "train.json").read_text())["run"]["attn"] == "eager"
+    assert json.loads((out / "train.json").read_text())["run"]["kernels"]["attn"] == "eager"

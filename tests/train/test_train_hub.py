@@ -12,7 +12,7 @@ import pytest
 
 from dojo.architectures import ARCHITECTURES
 from dojo.errors import LaunchError
-from dojo.run.resolved import ResolvedRun
+from dojo.run.run import Run
 from dojo.train import preflight
 from tests.test_hub import MAIN_SHA, V1_SHA, cache_model
 
@@ -56,7 +56,8 @@ def test_dry_run_plans_with_the_builtin_and_says_so(hf_cache: Path, cli: Any, tm
     assert r.exit_code == 0, r.stderr
     assert "built-in qwen2.5-7b" in r.stderr and "Qwen/Qwen2.5-7B-Instruct@v1" in r.stderr
     rec = json.loads((out / "train.json").read_text())
-    assert rec["run"]["model"] == "Qwen/Qwen2.5-7B-Instruct" and rec["run"]["revision"] == "v1"
+    assert rec["run"]["model"]["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert rec["run"]["model"]["revision"] == "v1"
     assert rec["model_kind"] == "hub"
 
 
@@ -87,19 +88,15 @@ def test_revision_needs_a_hub_model(cli: Any, tmp_path: Path) -> None:
         preflight.resolve_model(str(tmp_path), "v1")
 
 
-def test_old_train_json_reads_back_without_revision() -> None:
-    run = ResolvedRun.from_dict({**_run_dict(), "revision": "v1"})
-    assert run.revision == "v1"
-    old = _run_dict()
-    old.pop("revision")
-    assert ResolvedRun.from_dict(old).revision is None
+def _with(run: dict[str, Any], **model: Any) -> dict[str, Any]:
+    return {**run, "model": {**run["model"], **model}}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs the train extra")
 def test_worker_loads_the_revision(tmp_path: Path) -> None:
     from dojo.train.worker import main
 
-    run = ResolvedRun.from_dict({**_run_dict(), "revision": "v1", "method": "lora"})
+    run = Run.from_dict(_with(_run_dict(), revision="v1", method="lora"))
     assert main.hub_revision(run, "org/model") == {"revision": "v1"}
     assert main.hub_revision(run, str(tmp_path)) == {}  # a local folder has no revisions
     with patch.object(main.AutoModelForCausalLM, "from_pretrained") as load:

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.skipif(
 
 from torch import nn  # noqa: E402
 
+from dojo.run.groups.zero import ZeroOptions  # noqa: E402
 from dojo.train.worker.args import fit_z3_leaf  # noqa: E402
 from dojo.train.worker.callbacks import z3_leaf_count  # noqa: E402
 from dojo.zero.build import DS_LEAF_DEFAULTS  # noqa: E402
@@ -40,7 +41,7 @@ def _args(classes: list[str]) -> Any:
 
 def test_named_class_present_is_kept(capsys: pytest.CaptureFixture[str]) -> None:
     args = _args(["OddBlock", *DS_LEAF_DEFAULTS])
-    fit_z3_leaf(Model(), args, SimpleNamespace(zero=3, z3_leaf=("OddBlock",)))
+    fit_z3_leaf(Model(), args, SimpleNamespace(zero=ZeroOptions(stage=3, z3_leaf="OddBlock")))
     assert (
         args.hf_deepspeed_config.config["zero_optimization"]["leaf_module"]["classes"][0]
         == "OddBlock"
@@ -50,7 +51,9 @@ def test_named_class_present_is_kept(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_missing_class_falls_back_to_no_split_modules(capsys: pytest.CaptureFixture[str]) -> None:
     args = _args(["OddDecoderLayer", *DS_LEAF_DEFAULTS])
-    fit_z3_leaf(Model(), args, SimpleNamespace(zero=3, z3_leaf=("OddDecoderLayer",)))
+    fit_z3_leaf(
+        Model(), args, SimpleNamespace(zero=ZeroOptions(stage=3, z3_leaf="OddDecoderLayer"))
+    )
     classes = args.hf_deepspeed_config.config["zero_optimization"]["leaf_module"]["classes"]
     assert classes == ["OddBlock", *DS_LEAF_DEFAULTS]
     assert "its decoder layer OddBlock is the leaf" in capsys.readouterr().err
@@ -60,7 +63,7 @@ def test_no_layer_class_at_all_drops_the_leaf(capsys: pytest.CaptureFixture[str]
     model = Model()
     model._no_split_modules = []  # type: ignore[misc]
     args = _args(["OddDecoderLayer"])
-    fit_z3_leaf(model, args, SimpleNamespace(zero=3, z3_leaf=("OddDecoderLayer",)))
+    fit_z3_leaf(model, args, SimpleNamespace(zero=ZeroOptions(stage=3, z3_leaf="OddDecoderLayer")))
     assert "leaf_module" not in args.hf_deepspeed_config.config["zero_optimization"]
     assert "per-module hooks stay" in capsys.readouterr().err
 

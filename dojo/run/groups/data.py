@@ -39,7 +39,9 @@ class DataOptions:
         example="4096",
         commands=PLAN,
     )
-    overflow: Literal["truncate", "drop"] = opt("truncate", "Samples over --seq-len: truncate | drop")
+    overflow: Literal["truncate", "drop"] = opt(
+        "truncate", "Samples over --seq-len: truncate | drop"
+    )
     packing: bool = opt(
         False,
         "Pack short samples into full --seq-len rows (no cross-sample attention)",

@@ -116,8 +116,10 @@ def kernel_problems(k: KernelOptions, packing: bool, machine: Machine) -> list[t
         out.append(("--attn flash_attention_2 needs the flash-attn package, not installed here",
                     "pip install flash-attn (built for this torch and CUDA), or use --attn sdpa"))  # fmt: skip
     env_says = conf_expandable(machine.alloc_conf)
-    if k.expandable_segments != "auto" and env_says is not None and env_says != (
-        k.expandable_segments == "on"
+    if (
+        k.expandable_segments != "auto"
+        and env_says is not None
+        and env_says != (k.expandable_segments == "on")
     ):
         out.append((f"--expandable-segments {k.expandable_segments} but PYTORCH_CUDA_ALLOC_CONF="
                     f"{machine.alloc_conf} says expandable_segments:{env_says}",
@@ -173,7 +175,9 @@ def resolve_kernels(
     )
 
 
-def auto_attention(spec: Any, cuda: bool, precision: str, packing: bool, compiled: bool) -> Attention:
+def auto_attention(
+    spec: Any, cuda: bool, precision: str, packing: bool, compiled: bool
+) -> Attention:
     """--attn auto: eager for models that soft-cap their attention logits (Gemma-2); sdpa_varlen
     for packed bf16 rows on CUDA (a GPU older than Ampere, without that kernel, takes varlen's
     exact per-sample path); else sdpa. Not under compile: the varlen call would split every
@@ -181,7 +185,13 @@ def auto_attention(spec: Any, cuda: bool, precision: str, packing: bool, compile
     model_type = getattr(spec, "model_type", None)
     if model_type in SOFTCAP_MODEL_TYPES:
         return "eager"
-    if cuda and packing and precision == "bf16" and not compiled and model_type in VARLEN_AUTO_MODELS:
+    if (
+        cuda
+        and packing
+        and precision == "bf16"
+        and not compiled
+        and model_type in VARLEN_AUTO_MODELS
+    ):
         return "sdpa_varlen"
     return "sdpa"
 

@@ -9,7 +9,12 @@ from dojo.run.field import ALL, PLAN, opt
 BNB_OPTIMS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 """bitsandbytes' optimizers: CUDA only, their own state sizes (the estimator models each)."""
 Optim = Literal[
-    "auto", "adamw_torch_fused", "adamw_torch", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit"
+    "auto",
+    "adamw_torch_fused",
+    "adamw_torch",
+    "adamw_8bit",
+    "paged_adamw_8bit",
+    "paged_adamw_32bit",
 ]
 Scheduler = Literal[
     "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
@@ -103,7 +108,10 @@ def loop_problems(
     out: list[tuple[str, str]] = []
     add = out.append
     need_eval = "give held-out rows: --eval-data FILE or --eval-split 0.05"
-    for value, flag in ((loop.eval_steps, "--eval-steps"), (loop.early_stopping, "--early-stopping")):
+    for value, flag in (
+        (loop.eval_steps, "--eval-steps"),
+        (loop.early_stopping, "--early-stopping"),
+    ):
         if value is not None and not evaluates:
             add((f"{flag} {value} needs eval data", need_eval))
     if loop.keep_best == "on" and not evaluates:

@@ -26,7 +26,9 @@ class LoraOptions:
         example="q_proj,v_proj",
         commands=PLAN,
     )
-    dora: bool = opt(False, "DoRA: weight-decomposed LoRA (PEFT use_dora), a magnitude vector per target")
+    dora: bool = opt(
+        False, "DoRA: weight-decomposed LoRA (PEFT use_dora), a magnitude vector per target"
+    )
     rslora: bool = opt(False, "rsLoRA: scale alpha/sqrt(r) instead of alpha/r (PEFT use_rslora)")
     modules_to_save: tuple[str, ...] = opt(
         (),

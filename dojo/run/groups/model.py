@@ -50,4 +50,3 @@ class ModelOptions:
     def adapters(self) -> bool:
         """LoRA or QLoRA: a frozen base with trainable adapters."""
         return self.method != "full"
-

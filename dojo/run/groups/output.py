@@ -51,7 +51,11 @@ def installed(module: str) -> bool:
 
 def output_problems(out: OutputOptions, assumed_machine: bool) -> list[tuple[str, str]]:
     report = out.report_to
-    if report in REPORTER_MODULES and not assumed_machine and not installed(REPORTER_MODULES[report]):
+    if (
+        report in REPORTER_MODULES
+        and not assumed_machine
+        and not installed(REPORTER_MODULES[report])
+    ):
         return [(f"--report-to {report}: {report} is not installed here",
                  f"pip install {report}, or use --report-to none")]  # fmt: skip
     return []

@@ -42,7 +42,9 @@ def build_training_args(job: Any) -> TrainingArguments:
     # transformers 5 reads warmup_steps < 1 as a fraction of the total steps (warmup_ratio's
     # replacement); resolve keeps the ratio at most 0.5 and the two options exclusive.
     logging = run.output.logging_steps
-    warmup: float = run.loop.warmup_ratio if run.loop.warmup_ratio is not None else run.loop.warmup_steps
+    warmup: float = (
+        run.loop.warmup_ratio if run.loop.warmup_ratio is not None else run.loop.warmup_steps
+    )
     return TrainingArguments(
         output_dir=job.run_dir,
         per_device_train_batch_size=run.loop.micro_batch,
@@ -85,7 +87,9 @@ def build_training_args(job: Any) -> TrainingArguments:
         # Liger: fused RMSNorm/SwiGLU/RoPE and the fused linear cross-entropy that never
         # materialises the fp32 logits (the peak with 128k+ vocabularies).
         use_liger_kernel=bool(run.kernels.fused_loss),
-        liger_kernel_config=LIGER_LOSS_ONLY if run.kernels.fused_loss and not run.kernels.liger_kernels else None,
+        liger_kernel_config=LIGER_LOSS_ONLY
+        if run.kernels.fused_loss and not run.kernels.liger_kernels
+        else None,
         torch_compile=compile_,
         remove_unused_columns=False,
         # Two loader processes on a GPU (the plain script's setting): collating off the main

@@ -134,7 +134,9 @@ def _safetensors(weights: str) -> bool | None:
 
 def hub_revision(run: Run, source: str) -> dict[str, Any]:
     """from_pretrained's ``revision`` for a Hub id (--revision); nothing for a local folder."""
-    return {"revision": run.model.revision} if run.model.revision and not Path(source).is_dir() else {}
+    return (
+        {"revision": run.model.revision} if run.model.revision and not Path(source).is_dir() else {}
+    )
 
 
 def load_model(run: Run, weights: str) -> Any:

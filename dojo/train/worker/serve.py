@@ -50,7 +50,9 @@ def pick_device(flag: str) -> str:
 
 
 def load_tokenizer(out: RunOutput) -> Any:
-    return AutoTokenizer.from_pretrained(out.tokenizer, trust_remote_code=out.run.model.trust_remote_code)
+    return AutoTokenizer.from_pretrained(
+        out.tokenizer, trust_remote_code=out.run.model.trust_remote_code
+    )
 
 
 def load_model(
@@ -66,7 +68,11 @@ def load_model(
     from peft import PeftModel
 
     # A Hub base is loaded at the revision the run trained on (--revision).
-    rev = out.run.model.revision if out.run.model.revision and not Path(str(out.base)).is_dir() else None
+    rev = (
+        out.run.model.revision
+        if out.run.model.revision and not Path(str(out.base)).is_dir()
+        else None
+    )
     base = _serving(AutoModelForCausalLM.from_pretrained(str(out.base), **kw, revision=rev))
     if len(tokenizer) > base.get_input_embeddings().num_embeddings:
         # Tokens added for the template: the adapter saved the resized rows (PEFT docs).
