@@ -1,4 +1,4 @@
-"""Pre-checks for Jinja's filters and the str/bytes/int methods a template may call (issue 14).
+"""Pre-checks for Jinja's filters and the str/bytes/int methods a template may call.
 
 ``filter_precheck(name, args)`` and ``method_precheck(obj, args, kwargs)`` raise ``Runaway`` when
 the call would build more than the limits in ``dojo.chat.limits`` allow, or do work quadratic in

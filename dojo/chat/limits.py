@@ -1,4 +1,4 @@
-"""Size bounds the chat-template sandbox checks BEFORE an operation allocates (issue 14).
+"""Size bounds the chat-template sandbox checks BEFORE an operation allocates.
 
 Jinja checks nothing inside one filter or method call, so ``'x'|center(2*10**9)`` or
 ``lipsum(n=10**8)`` allocate gigabytes (or run for minutes) between two budget checks. Every

@@ -91,7 +91,7 @@ def _environment() -> Any:
 
     class Guard(NodeTransformer):
         # Every {% for %} iterates through _budget.ticking: nested loops over plain strings or lists
-        # call nothing the budget sees, so without this they run for hours (issue 7).
+        # call nothing the budget sees, so without this they run for hours.
         def visit_For(self, node: Any) -> Any:
             self.generic_visit(node)
             node.iter = wrap(node.iter, _TICK_FILTER)

@@ -1,4 +1,5 @@
-"""Activation and loss memory at the backward peak (docs/memory-model.md sec 3), per GPU, bytes."""
+"""Activation and loss memory at the backward peak (docs/estimate.md, "Activations"), per GPU,
+bytes."""
 
 import math
 
@@ -42,7 +43,8 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     # MoE: a token passes through its top-k experts (and a shared one), so the MLP tensors saved
     # per token are that wide, not one expert's intermediate_size (dense models: the same).
     h, q, kv, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.active_intermediate_size
-    # Saved per token by one HF Llama layer, bf16 (sec 3.2): norms keep an fp32 input copy.
+    # Saved per token by one HF Llama layer, bf16 (measured on the CPU): norms keep an fp32
+    # input copy.
     if s.run.model.method == "full":
         per_token = 16 * h + 4 * q + 4 * kv + 8 * i
     else:
@@ -60,21 +62,21 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     elif kernels or s.kernels.compiled:
         # Frozen base: HF norms keep no weight-grad inputs there (already excluded above). A
         # compiled layer gets the SwiGLU saving too: Inductor's min-cut partitioner recomputes
-        # the cheap silu(gate) in the backward rather than keep it (session 8, five compile LoRA
-        # rows: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it).
+        # the cheap silu(gate) in the backward rather than keep it (five compile LoRA rows on
+        # the H200: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it).
         per_token -= 2 * i
     if not (s.run.model.method == "full" and (kernels or s.kernels.compiled)):
         # The counts above take transformers' Llama norm for the layer's two norms (6 B a value
         # with a training weight, 4 B frozen); Gemma's keeps an fp32 output (8 B), and a frozen
-        # base's under Liger or compile its bf16 input (2 B: session 12, every Liger LoRA/QLoRA
-        # row came 1-6 points closer in allocated). Full fine-tuning with Liger's kernels has
+        # base's under Liger or compile its bf16 input (2 B: with it every Liger LoRA/QLoRA
+        # row measured on the H200 came 1-6 points closer in allocated). Full fine-tuning with Liger's kernels has
         # its own measured count above; with compile alone it was never measured.
         llama_norm = FP32 + BF16 if s.run.model.method == "full" else FP32
         per_token += 2 * (norm - llama_norm) * h
     if spec.qk_norm:
         # Qwen3/Gemma-3/OLMo-2 q_norm and k_norm (RMSNorm on q and k before RoPE) save what a
-        # layer norm saves, per value of q and k. The session-13 set's two Qwen3-0.6B full rows
-        # without checkpointing (q = 2h) were 3.9 and 4.2 GiB under without this.
+        # layer norm saves, per value of q and k. Two Qwen3-0.6B full rows without
+        # checkpointing (q = 2h) measured on the H200 were 3.9 and 4.2 GiB under without this.
         per_token += norm * (q + kv)
     # Gemma-2/3: four norms a layer; the two beyond Llama's keep what any norm keeps.
     per_token += max(0, spec.norms_per_layer - 2) * norm * h
@@ -86,13 +88,11 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     masked = s.run.data.packing and _mask_bytes(setup) > 0
     # Not charged: GQA's repeat_kv. transformers 5.24's sdpa_attention_forward passes
     # enable_gqa only without a mask (use_gqa_in_sdpa), so a masked call materialises k and v
-    # at all heads (+4 B x (q - kv) per token); the GPU ran transformers 5.17 and its
-    # Llama-3.2-1B packed rows show no such cost (docs/estimate.md, session 4).
+    # at all heads (+4 B x (q - kv) per token); Llama-3.2-1B packed rows measured on the H200
+    # under transformers 5.17 show no such cost, and charging it put them 4-10% over.
     a_layer = tokens * per_token
     if s.attention == "eager":
-        a_layer += (
-            6 * spec.num_heads * s.run.data.seq_len * tokens
-        )  # fp32 softmax + bf16 copy (sec 3.2)
+        a_layer += 6 * spec.num_heads * s.run.data.seq_len * tokens  # fp32 softmax + bf16 (CPU)
         if spec.model_type in SOFTCAP_MODEL_TYPES:
             # eager_attention_forward's soft-cap, scores / cap -> tanh -> * cap: tanh keeps its
             # bf16 output for backward (CPU, tiny Gemma-2 against Llama: bench/gemma2_saved_cpu.py)
@@ -114,8 +114,8 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
     if spec.model_type == "gemma2":
         # Gemma2ForCausalLM final_logit_softcapping (30.0): logits / cap -> tanh -> * cap in
-        # bf16; tanh keeps its output for backward (session-3 "fit" row plain_g2b_Z2_lora:
-        # 13.7 B per logit at the loss peak, 12 without this).
+        # bf16; tanh keeps its output for backward (Gemma-2-2B LoRA ZeRO-2 on the H200, plain
+        # script: 13.7 B per logit at the loss peak, 12 without this).
         logits += BF16 * tokens * spec.vocab_size
     if s.kernels.fused_loss:
         logits = _fused_loss_bytes(spec, setup)  # Liger's Gemma-2 kernel softcaps per chunk
@@ -186,7 +186,8 @@ def _zero3_frozen_inputs(spec: ModelSpec, setup: Setup, i: int) -> int:
     2h, 2i), except where lora_A already keeps that very tensor (bf16 adapters without dropout,
     see ``_lora_saved_per_token``); o_proj's input is SDPA's output, counted already. Measured
     on the CPU (tiny Llama, PEFT LoRA with fp32 adapters at ZeRO-3, saved-tensor hooks): 2,400 B
-    per token per layer with DeepSpeed's linear, none without it, = 4h + 2i there (session 12).
+    per token per layer with DeepSpeed's linear, none without it, = 4h + 2i there
+    (bench/zero3_saved_cpu.py).
     QLoRA's 4-bit linears multiply through bitsandbytes' ``MatMul4Bit``, not ``F.linear``, and
     it keeps no input of a frozen weight (``ctx.tensors = (None, B)``, bitsandbytes 0.50);
     transformers also skips zero.Init for quantized models, so ``F.linear`` stays torch's."""
@@ -213,8 +214,8 @@ def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:
     in bf16 when autocast recasts fp32 adapters' inputs for the matmul:
     - lora_dropout > 0: each module's own dropout output (a B) and its bool mask (1 B, CUDA
       native_dropout) per in_feature; x itself is not kept. (On CPU the mask has x's dtype:
-      memory-model.md sec 3.2 measured 67.1 / 102.1 T*h per layer for bf16 / fp32 = these
-      counts with a 2 / 4 B mask.)
+      67.1 / 102.1 T*h per layer were measured there for bf16 / fp32 = these counts with a
+      2 / 4 B mask; docs/estimate.md, "Activations".)
     - no dropout, bf16 adapters: lora_A reads the bf16 x itself, so q/k/v share one saved input
       and gate/up another (41.8 T*h per layer measured).
     - no dropout, fp32 adapters: every module keeps its own cast copy, a B per in_feature

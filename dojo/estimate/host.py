@@ -1,5 +1,5 @@
-"""Host RAM per node (docs/memory-model.md sec 8 "CPU per node"): offloaded states, pinned-block
-rounding, the model load, the process baseline. Bytes."""
+"""Host RAM per node (docs/estimate.md, "Host RAM"): offloaded states, pinned-block rounding,
+the model load, the process baseline. Bytes."""
 
 import math
 
@@ -11,7 +11,8 @@ FP32 = 4
 
 
 def ceil_pow2(n: int) -> int:
-    """torch's CachingHostAllocator rounds each pinned block up to a power of two (mm sec 6)."""
+    """torch's CachingHostAllocator rounds each pinned block up to a power of two
+    (ATen/core/CachingHostAllocator.h)."""
     return 0 if n <= 0 else 1 << math.ceil(math.log2(n))
 
 

@@ -20,7 +20,7 @@ BF16 = 2  # bytes; params, grads, activations and comm buffers are bf16 (DeepSpe
 FP32 = 4
 FP64 = 8
 # bitsandbytes 0.50 NF4 with double quant, measured: 0.5 B packed + 8-bit absmax per 64 values +
-# fp32 second-level constants per 256 blocks (docs/memory-model.md sec 4; QLoRA paper sec 3).
+# fp32 second-level constants per 256 blocks (docs/estimate.md, "LoRA and QLoRA"; QLoRA paper sec 3).
 NF4_DQ_BYTES = 0.5159
 DS_ALLREDUCE_BYTES_ELEMS = 500_000_000  # engine.py MEMORY_OPT_ALLREDUCE_SIZE (ZeRO-0 flatten)
 # bitsandbytes 0.50 optim/optimizer.py Optimizer2State.init_state: 8-bit m and v are uint8 with
@@ -139,7 +139,7 @@ def _paged_share(spec: ModelSpec, s: Setup) -> float:
 
 
 def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
-    """GPU peak per GPU and host RAM per node for one setup (docs/memory-model.md sec 8)."""
+    """GPU peak per GPU and host RAM per node for one setup (docs/estimate.md, "The formula")."""
     validate(setup)
     s, cal = setup, setup.calibration
     n = s.world_size
@@ -214,8 +214,8 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         # exactly the size it got the step before. One small block that lives across the
         # step (the next forward's, placed by best fit into the big free segments) leaves the
         # old segment a little too small, the allocator cudaMallocs a new one, and the loss
-        # blocks end up reserved twice (session-4 H200: 13.5 and 14.1 GiB reserved beyond
-        # allocated for 13.7 and 13.9 GiB of loss term). Padded batches vary in length and
+        # blocks end up reserved twice (measured on the H200: 13.5 and 14.1 GiB reserved
+        # beyond allocated for 13.7 and 13.9 GiB of loss term). Padded batches vary in length and
         # reuse them (plain rows: about the bf16 logits block).
         logits_block = loss_term
     reserve = _allocator_reserve(s, churn, step, p_t, largest_t, logits_block, bf16_logits)
@@ -332,8 +332,8 @@ def _allocator_reserve(
     sets stay reserved side by side: min(churn, step) is held twice. The comm buckets are
     allocated once and kept, so they are not in the churn. Without Liger the bf16 logits
     block (2 B x T x V) is the largest transient of the backward phase: when the step is
-    small (LoRA) it is what stays reserved (session-3 H200 "fit" rows: 2.16 GiB measured vs
-    1.96 for Llama-3.2-1B LoRA, 6.71 vs max(6.91, 1.96) for full ZeRO-2).
+    small (LoRA) it is what stays reserved (measured on the H200: 2.16 GiB against 1.96 for
+    Llama-3.2-1B LoRA, 6.71 against max(6.91, 1.96) for full ZeRO-2).
     expandable_segments maps the step into the pages the backward freed where a freed run is
     large enough (no second set); what stays is a fraction of one fp32 logits block without Liger
     (Calibration), and at ZeRO-1/2 what ``_step_pages_hole`` names (the caller adds it: it needs
@@ -370,7 +370,7 @@ def _step_pages_hole(
     (``largest_freed``).
 
     - Runs smaller than the fp32 upcast (4 B x partition): the step's big blocks are mapped
-      anew beside them and all the freed pages stay reserved (allocator history, session 11:
+      anew beside them and all the freed pages stay reserved (allocator history on the H200,
       Qwen3-1.7B full ZeRO-2 2 x 2048 without checkpointing, 6.1 GiB of kept activations
       against a 6.4 GiB upcast: holes of 9.6, 6.4 and 6.3 GiB at the end); the fp64 norm copy
       lands in them when it fits (``_norm_hole`` otherwise).
@@ -395,7 +395,7 @@ def _norm_hole(norm_copy: int, partition: int) -> float:
     the largest piece comes before the step's flat bf16 gradient (2 B x partition), its fp32
     upcast and the optimizer's first m and v; all of them are larger, so none reuses its pages
     and under expandable segments it stays reserved beside them. Read from the allocator's
-    history (bench/memsnap.py, session 10, Gemma-2-2B full ZeRO-2 1 x 2048: a 4.395 GiB hole, 8 B
+    history (bench/memsnap.py, H200, Gemma-2-2B full ZeRO-2 1 x 2048: a 4.395 GiB hole, 8 B
     x its 590M-value embedding, of the 6.84 GiB reserved beyond the allocated peak). Where the
     flat gradient is the smaller (an embedding over a quarter of the model), it lands in the
     hole instead. ``norm_copy`` = 8 B x min(largest piece, partition); ZeRO-1/2 without offload
@@ -404,7 +404,8 @@ def _norm_hole(norm_copy: int, partition: int) -> float:
 
 
 def _comm(s: Setup, p_t: int, rbs: int) -> tuple[int, int]:
-    """(current, docs) communication-buffer bytes in the backward phase (sec 2.6)."""
+    """(current, docs) communication-buffer bytes in the backward phase (docs/estimate.md,
+    "Communication buckets")."""
     kappa = s.calibration.kappa
     n = s.world_size
     if not s.deepspeed:

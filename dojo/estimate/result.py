@@ -1,4 +1,5 @@
-"""The result of ``dojo.estimate.estimate``: named memory terms and the issue's JSON row."""
+"""The result of ``dojo.estimate.estimate``: named memory terms and the JSON row of `dojo estimate
+--json`."""
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,8 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 TIGHT_MARGIN = 0.05
-"""Within 5% of the card (or of host RAM) the verdict is "tight" (issue 12)."""
+"""Within 5% of the card (or of host RAM) the verdict is "tight": a run that close to the card
+makes the allocator free its cache and retry (docs/estimate.md, "Verdict")."""
 
 
 @dataclass(frozen=True)
@@ -33,9 +35,10 @@ class MemoryEstimate:
     """The part of optimizer_states bitsandbytes pages (CUDA unified memory): it can move to
     host RAM when the GPU runs short, so the verdict counts it as "tight", not "does not fit"."""
     step: int
-    """Optimizer-step transient: fp32 copy of the gradient partition (sec 2.3, 2.5)."""
+    """Optimizer-step transient: fp32 copy of the gradient partition (docs/estimate.md, "The
+    optimizer step")."""
     activations: int
-    """Peak activation bytes beside the logits term (sec 3.5)."""
+    """Peak activation bytes beside the logits term (docs/estimate.md, "Activations")."""
     logits: int
     comm_current: int
     comm_docs: int
@@ -146,7 +149,7 @@ class MemoryEstimate:
         return None if v is None else v != "does not fit"
 
     def gpu_columns(self) -> dict[str, int]:
-        """The issue's GPU breakdown; the columns sum to the total."""
+        """The GPU breakdown of the table and --json; the columns sum to the total."""
         # step phase above the backward peak (its ZeRO-3 bucket is the comm column already)
         beyond = max(0, self.step_extra - self.backward_extra)
         return {

@@ -36,7 +36,8 @@ class Calibration:
     H200 as nvidia-smi peak - max reserved: 1.67-1.71 GiB on the 1B rows, 1.9-2.3 on 7B
     (docs/benchmarks.md); an empty process is 0.62 GiB."""
     nccl_gib: float = 0.3
-    """NCCL channel buffers per rank when world size > 1, outside PyTorch's allocator (mm sec 6)."""
+    """NCCL channel buffers per rank when world size > 1, outside PyTorch's allocator; not
+    measured (docs/estimate.md, "CUDA context and NCCL")."""
     offload_reserve: float = 1.0
     """Optimizer offload: reserved-but-free memory, in units of (2 B x trainable params / N +
     4 B x largest trainable tensor): the loaded model's per-tensor blocks DeepSpeed frees when
@@ -44,37 +45,40 @@ class Calibration:
     copy it streams to the host (async_inplace_copy_grad_to_fp32_buffer_from_gpu). That these
     stay reserved whole is calibrated on the two 1B offload rows (8 and 15: 3.1 and 3.9 GiB)."""
     kappa: float = 0.0
-    """Transient flatten copy of a gradient bucket during reduction, in buckets (mm sec 2.4: 0-1).
-    Measured 0 on the H200: overlap on/off = +0.93 GiB = exactly one 5e8 bucket; 5e8 -> 2e8:
-    -1.10 GiB = 2 x 3e8 x 2 B."""
+    """Transient flatten copy of a gradient bucket during reduction, in buckets (0-1 by the
+    source; docs/estimate.md, "Communication buckets"). Measured 0 on the H200: overlap on/off
+    = +0.93 GiB = exactly one 5e8 bucket; 5e8 -> 2e8: -1.10 GiB = 2 x 3e8 x 2 B."""
     liger_full_saved_per_token_h: float = 14.0
     """Bytes per token x hidden that Liger's kernels save per layer in full fine-tuning, beyond
     the 2i of SwiGLU: 8 by counting saved tensors, 14 measured (H200, rows 1-5)."""
     recompute_factor: float = 2.0
-    """Backward of a checkpointed layer holds this many A_layer (mm sec 3.4, 1.9 measured on CPU)."""
+    """Backward of a checkpointed layer holds this many A_layer (1.9 measured on the CPU;
+    docs/estimate.md, "Gradient checkpointing")."""
     recompute_factor_frozen: float = 1.4
     """The same for a frozen base (LoRA/QLoRA), whose backward makes no weight grads: 1.3-1.4
-    fits the five session-3 H200 rows tagged "fit" with LoRA/QLoRA and checkpointing (2.0
-    put them 7-31% over); 1.4, the safe side of that range."""
+    fits five H200 rows with LoRA/QLoRA and checkpointing (2.0 put them 7-31% over); 1.4, the
+    safe side of that range."""
     zero3_kept_per_token_h: float = 9.0
     """ZeRO-3 without checkpointing keeps this many more bytes per token x hidden per layer than
     ZeRO-0/2 with the same settings, for full fine-tuning with Liger's layer kernels; no
-    mechanism found. Measured (allocated, session-3 H200): dojo_l1b_Z3_full and
-    dojo_l1b_Z3_lora b4x2048 (+2.37 / +2.40 GiB = 8.9 / 9.0 B). Session 12 found LoRA's share
-    (DeepSpeed's ZeRO-3 linear keeps frozen inputs: ``activations._zero3_frozen_inputs``) and
-    that full fine-tuning with transformers' layers shows none of it (four rows, over by 9-14 B
-    with it); QLoRA's 4-bit matmul keeps no frozen input either. With checkpointing
+    mechanism found. Measured (allocated, H200): dojo_l1b_Z3_full and dojo_l1b_Z3_lora, 4 x 2048
+    (+2.37 / +2.40 GiB = 8.9 / 9.0 B). LoRA's share has a mechanism (DeepSpeed's ZeRO-3 linear
+    keeps frozen inputs: ``activations._zero3_frozen_inputs``), and full fine-tuning with
+    transformers' layers shows none of it (four rows, over by 9-14 B with it); QLoRA's 4-bit
+    matmul keeps no frozen input either. With checkpointing
     (dojo_g2b_Z3_lora: +0.2 GiB) it is absent, so it is applied only without."""
     loss_bytes_per_logit: float = 12.0
-    """fp32 upcast + log-softmax + its grad at the start of backward, bytes per logit (sec 3.3)."""
+    """fp32 upcast + log-softmax + its grad at the start of backward, bytes per logit (12.05
+    measured on the CPU; docs/estimate.md, "Logits and loss")."""
     loss_tail_bytes_per_th: float = 26.0
-    """Final norm and lm_head input alive at the loss peak, bytes per token x hidden (sec 3.4)."""
+    """Final norm and lm_head input alive at the loss peak, bytes per token x hidden (measured
+    on the CPU; docs/estimate.md, "Gradient checkpointing")."""
     expandable_logits_reserve: float = 0.6
     """Expandable segments without Liger: reserved-but-free memory at the peak, in fp32 logits
     blocks (4 B x tokens x vocab). Segments grow in place, so the step's flat transients reuse
     the backward's pages and nothing is held twice, but the freed loss blocks still leave holes
-    that the next forward's smaller tensors split. Fitted on the 8 expandable rows without
-    Liger of sessions 6 and 8 (0.54-0.73, one Gemma-2 row 1.03; median 0.6)."""
+    that the next forward's smaller tensors split. Fitted on eight H200 rows under expandable
+    segments without Liger (0.54-0.73, one Gemma-2 row 1.03; median 0.6)."""
     cpu_process_gib: float = 2.5
     """Host RAM of one training process before any model state (python, torch, CUDA libs,
     data): 2.8-3.1 GiB measured in total on the H200 rows without offload."""

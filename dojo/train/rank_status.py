@@ -71,8 +71,8 @@ def not_done(run_dir: str | Path) -> list[dict[str, Any]]:
 
 def all_done(run_dir: str | Path, world_size: int) -> bool:
     """Every one of ``world_size`` ranks wrote "done": training, saving and the summary finished.
-    A launcher exit code other than 0 after that is a process dying at teardown (CI, session 10:
-    a gloo rank's "terminate called without an active exception", exit 250, after its summary).
+    A launcher exit code other than 0 after that is a process dying at teardown (seen in CI: a
+    gloo rank's "terminate called without an active exception", exit 250, after its summary).
     Ranks of other nodes write where those nodes' run folders are; without them this is False."""
     states = read(run_dir)
     return len(states) == world_size and all(r.get("status") == "done" for r in states)

@@ -26,7 +26,7 @@ STALE_BUILD_LOCK_S = 15 * 60.0
 """An op not built yet: its first build holds the lock while it compiles (deepspeed_shm_comm about
 40 s on this repo's 2-core machine, cpu_adam about a minute); a lock older than this was left by a
 run stopped mid-build (dojo and DeepSpeed's launcher stop ranks with SIGTERM, which skips the
-build's own cleanup), as a stopped CI run did in session 12."""
+build's own cleanup), as a stopped CI run once did."""
 
 
 def _op_dirs(env: Mapping[str, str], home: Path, op: str = OP) -> list[Path]:

@@ -128,7 +128,7 @@ def explain_overlap_comm(ds_config: dict[str, Any], hidden_size: int | None = No
     """The GPU memory of the communication buckets, with and without overlap_comm, both rules.
 
     "current" follows the installed DeepSpeed code; "docs" is the HF/DeepSpeed docs' 4.5x rule
-    (docs/memory-model.md sections 2.3-2.6). Uses dojo.estimate.comm_buffer_bytes.
+    (docs/estimate.md, "Communication buckets"). Uses dojo.estimate.comm_buffer_bytes.
     """
     from dojo.estimate import comm_buffer_bytes
 

@@ -64,7 +64,7 @@ def build_training_args(job: Any) -> TrainingArguments:
         gradient_checkpointing=run.kernels.grad_ckpt,
         # Reentrant checkpointing (transformers' own default when unset): non-reentrant's
         # saved-tensor hooks cost host time on every saved tensor, and small-model steps are
-        # host-bound (H200, 1B QLoRA ZeRO-2: +19% tokens/s, docs/benchmarks.md session 5). Its
+        # host-bound (H200, 1B QLoRA ZeRO-2: +19% tokens/s, docs/benchmarks.md). Its
         # one need, an input that requires grad, apply_lora / prepare_model_for_kbit_training
         # meet with enable_input_require_grads.
         gradient_checkpointing_kwargs={"use_reentrant": True} if run.kernels.grad_ckpt else None,
@@ -82,7 +82,7 @@ def build_training_args(job: Any) -> TrainingArguments:
         # the device every step.
         include_num_input_tokens_seen="no",
         # transformers' default (True) logs a window of NaN/inf losses as 0.0000: a diverged run
-        # looked like a converged one (H200, session 6). Logged as is, StopOnNonFinite ends it.
+        # looked like a converged one (seen on the H200). Logged as is, StopOnNonFinite ends it.
         logging_nan_inf_filter=False,
         # Liger: fused RMSNorm/SwiGLU/RoPE and the fused linear cross-entropy that never
         # materialises the fp32 logits (the peak with 128k+ vocabularies).

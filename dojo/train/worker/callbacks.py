@@ -220,7 +220,8 @@ def _sync() -> None:
 
 
 class Measures(TrainerCallback):
-    """Tokens/s and peak GPU memory, the whole run and after step 1 (issue 5 compares both)."""
+    """Tokens/s and peak GPU memory, the whole run and after step 1 (the first step compiles and
+    warms caches, so the two differ; dojo_summary.json keeps both)."""
 
     def __init__(self) -> None:
         self.t_begin = 0.0

@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
 def leave_process_group() -> None:
     """torch.distributed's advice before a process exits: destroy the group. Left to interpreter
     teardown, a ZeRO-3 CPU rank (gloo) once died after training had finished and its summary was
-    written ("terminate called without an active exception", exit 250; CI, session 10)."""
+    written ("terminate called without an active exception", exit 250, seen in CI)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

@@ -8,7 +8,7 @@ runs the step's Python (callbacks, the next batch, the forward's first launches)
 at a step's edge are settings: DeepSpeed's throughput timer (``timers`` in dojo.zero.build), the
 batch's copy to the GPU (``accelerator_config.non_blocking`` in dojo.train.worker.args) and, under
 ``--attn sdpa_varlen``, transformers' search for packed samples (dojo.train.worker.varlen).
-Measured on the H200 (docs/benchmarks.md, session 14): 1B full ZeRO-2 went from 17.5 counted
+Measured on the H200 (docs/benchmarks.md): 1B full ZeRO-2 went from 17.5 counted
 waits a step to 11.5 (before accelerate's read and the packed-sample search went too) and ran
 level (+1%): the waits inside DeepSpeed's step (its gradient-norm checks) and Liger's loss remain.
 Kept for several GPUs, where the token count is a collective at every step, and for the count.

@@ -22,9 +22,9 @@ How it is wired (transformers 5):
   one causal SDPA call per sample: exact, slow, for CPU runs and tests.
 - When every sample of the micro-batch has the same length (fixed-length data: one sample per
   row), there is nothing to skip: one causal SDPA call over [samples, heads, length, dim] lets
-  PyTorch pick its fastest dense kernel, as the plain stack's unpacked rows do (session 11's
-  profile of 1B full ZeRO-2 4 x 2048 on the H200: the plain script's cuDNN kernel took 604 us per
-  layer backward where the varlen flash kernel took 896).
+  PyTorch pick its fastest dense kernel, as the plain stack's unpacked rows do (a profile of 1B
+  full ZeRO-2 4 x 2048 on the H200: the plain script's cuDNN kernel took 604 us per layer
+  backward where the varlen flash kernel took 896).
 
 Not supported: rows without packing (refused before launch) and logit soft-capping (refused
 before launch for Gemma-2, at the first forward for a model dojo does not know). Sliding windows
