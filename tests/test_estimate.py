@@ -303,7 +303,7 @@ def test_to_dict_schema(l7) -> None:
     d = estimate(l7, Setup.of(gpu_memory_gib=141)).to_dict()
     assert list(d) == [
         "stage",
-        "offload_optimizer",
+        "offload",
         "offload_param",
         "gpu_gib",
         "cpu_gib",
@@ -382,7 +382,7 @@ def test_calibration_is_used(l7) -> None:
         ({"seq_len": -5}, "--seq-len -5: out of range: from 8 to 1,048,576"),
         ({"gpus_per_node": 0}, "--num-gpus 0: must be at least 1"),
         ({"bucket_size": 0}, "--bucket-size 0: out of range: from 1 to"),
-        ({"stage": 4}, "--zero 4: choose one of 0, 1, 2, 3"),
+        ({"stage": 4}, "--zero 4: out of range: from 0 to 3"),
         ({"stage": 2, "offload_param": "cpu"}, "--offload-param cpu needs --zero 3 (got --zero 2)"),
         ({"stage": 0, "offload": "cpu"}, "--offload cpu needs ZeRO stage 1, 2 or 3 (got --zero 0)"),
     ],
