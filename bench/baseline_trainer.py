@@ -153,9 +153,8 @@ def load(a: argparse.Namespace, zero3: bool) -> Any:
 
 def main() -> None:
     import torch
-    from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Trainer, TrainingArguments
-
     from steps import steplog
+    from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)

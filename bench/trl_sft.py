@@ -72,10 +72,9 @@ def main() -> None:
     import transformers
     import trl
     from datasets import load_dataset
+    from steps import steplog
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
-
-    from steps import steplog
 
     cuda = torch.cuda.is_available()
     ds_cfg: Any = None
