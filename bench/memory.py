@@ -150,7 +150,8 @@ def dojo_estimate(model: Path, flags: list[str], gpu_gib: float, host_gib: float
     try:
         doc = json.loads(dojo_cli(argv))
     except RuntimeError as e:  # today's dojo refuses these settings: say why, estimate nothing
-        return {"error": str(e).split(": ", 1)[-1].splitlines()[0]}
+        said = [ln for ln in str(e).splitlines() if "error:" in ln] or [str(e)]
+        return {"error": said[0].split("error:", 1)[-1].strip()}
     row, run = doc["rows"][0], (doc.get("runs") or [{}])[0]
     g = row["gpu_gib"]
     return {
@@ -372,6 +373,7 @@ def finish(r: Running, log: str, work: Path, gpu_gib: float, host_gib: float) ->
     return {
         "row": row.label(),
         "split": row.split,
+        "call": 0,
         "params": dataclasses.asdict(row),
         "rc": r.proc.returncode,
         "oom": "out of memory" in log.lower() or "OutOfMemoryError" in log,
@@ -410,15 +412,10 @@ def run_gpu(a: argparse.Namespace) -> None:
     maker = subprocess.Popen(
         [sys.executable, __file__, "--set", a.set, "--work", str(work), "--make-weights", *shapes]
     )
-    doc: dict[str, Any] = {
-        "benchmark": "memory",
-        "set": a.set,
-        "command": f"bash bench/gpu.sh memory {a.set}" + "".join(f" {o}" for o in a.only or []),
-        "commit": git_commit(),
-        "gpu_gib": gpu_gib,
-        "host_gib": a.host_gib,
-        "rows": [],
-    }
+    command = f"bash bench/gpu.sh memory {a.set}" + "".join(f" {o}" for o in a.only or [])
+    call = {"command": command, "commit": git_commit(), "gpu_gib": gpu_gib, "host_gib": a.host_gib}
+    doc: dict[str, Any] = {"benchmark": "memory", "set": a.set, "command": command,
+                           "calls": [call], "rows": []}  # fmt: skip
     queue = list(rows)
     running: dict[str, Running] = {}
     retried: set[str] = set()
@@ -442,7 +439,7 @@ def run_gpu(a: argparse.Namespace) -> None:
             est = estimate_row(row, work, gpu_gib, a.host_gib)
             if "error" in est:  # dojo train would refuse it too
                 queue.remove(row)
-                doc["rows"].append({"row": row.label(), "split": row.split,
+                doc["rows"].append({"row": row.label(), "split": row.split, "call": 0,
                                     "params": dataclasses.asdict(row), "refused": est["error"]})  # fmt: skip
                 print(f"refused {row.label()}: {est['error']}", flush=True)
                 continue

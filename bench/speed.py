@@ -65,6 +65,9 @@ COMPILE_S = {"l1b": 25.0, "l7b": 60.0, "l8b": 60.0}
 """Regional compile's first step, dojo runs whose resolved run compiles."""
 TRL_PREP_S = 15.0
 """TRL tokenizes and packs the data in every run (3,000 chats)."""
+PREP_S = {"l1b": 10.0, "l7b": 30.0, "l8b": 35.0}
+"""Making a shape's random weights once per call, before the first run (the 8B memory call: 20 s
+to write them)."""
 STEP_S = {("l1b", False): 0.3, ("l1b", True): 0.6, ("l7b", True): 1.0, ("l8b", True): 1.8}
 """Seconds a step, by shape and checkpointing: the slowest system's (the plain script's)."""
 
@@ -76,8 +79,6 @@ class Run:
     rep: int  # -1 = the warm-up
     steps: int
     est_s: float
-    launched: bool = False
-    finished: bool = False
 
 
 @dataclass
@@ -86,23 +87,25 @@ class RowPlan:
     case: Case
     systems: list[str]
     skipped: dict[str, str]  # variant -> why it does not run
-    waves: list[list[Run]]
-    spread: bool
-    wave: int = 0
-    active: int = 0
-    gpu: int | None = None
-    started: bool = False
+    waves: list[list[Run]]  # the warm-up (if any), then one wave per round
+    width: int  # GPUs the row holds while it runs: 1, or one per system with --spread
+    gpus: list[int] = field(default_factory=list)
     dropped: str = ""
-    used: dict[str, set[int]] = field(default_factory=dict)  # system -> GPUs it ran on
 
-    def remaining_s(self) -> float:
-        waves = self.waves[self.wave :]
-        if self.spread:
-            return sum(max(r.est_s for r in w) for w in waves)
-        return sum(r.est_s for w in waves for r in w)
+    def assign(self, wave: int) -> list[tuple[Run, int]]:
+        """Each run of a wave with its GPU slot: system i of round r on slot (i + r) mod width,
+        so with --spread every system moves to another GPU each round."""
+        return [(r, (i + wave) % self.width) for i, r in enumerate(self.waves[wave])]
 
-    def done(self) -> bool:
-        return bool(self.dropped) or self.wave >= len(self.waves)
+    def wave_s(self, wave: int) -> float:
+        """A wave's estimated duration: the busiest slot's runs, one after another."""
+        per = [0.0] * self.width
+        for r, slot in self.assign(wave):
+            per[slot] += r.est_s
+        return max(per)
+
+    def cost_s(self) -> float:
+        return sum(self.wave_s(w) for w in range(len(self.waves)))
 
 
 def dojo_variant_flags(system: str) -> list[str]:
@@ -215,72 +218,52 @@ def plan_rows(a: argparse.Namespace, work: Path) -> list[RowPlan]:
 
         waves = [[run(s, -1, a.warmup_steps) for s in systems]] if a.warmup else []
         waves += [[run(s, rep, a.steps) for s in systems] for rep in range(a.repeats)]
-        plans.append(RowPlan(name, case, systems, skipped, waves, a.spread))
+        width = min(len(systems), len(a.gpu_ids)) if a.spread else 1
+        plans.append(RowPlan(name, case, systems, skipped, waves, max(width, 1)))
     return plans
 
 
-def schedule(
-    plans: list[RowPlan], gpus: list[int], limit_s: float, start: Any, wait: Any, clock: Any
-) -> None:
-    """Start runs on free GPUs in the rows' order until no row has a run left to start.
-    start(run, gpu, plan) launches one; wait() blocks until one finishes and returns
-    (run, gpu, plan); clock() is the seconds since the call began. A row starts only if its
-    estimated cost fits the time left (else it is dropped); a row's next wave starts when its
-    current wave is done; without spread a row keeps one GPU and runs one run at a time."""
+def schedule(plans: list[RowPlan], gpus: list[int], limit_s: float, start: Any, wait: Any,
+             clock: Any) -> None:  # fmt: skip
+    """Start rows in the set's order while GPUs are free: a row takes `width` GPUs until it is
+    done, and starts only if its estimated cost fits before limit_s (clock() = seconds since
+    the call began); a row that does not fit is dropped. start(plan) runs a row (its waves in
+    order, each wave's runs at once on the row's GPUs); wait() returns a finished plan."""
     free = list(gpus)
     running = 0
-    while True:
-        launched = True
-        while free and launched:
-            launched = False
-            for p in plans:
-                if p.done():
-                    continue
-                if not p.started and clock() + p.remaining_s() > limit_s:
-                    p.dropped = f"its estimated {p.remaining_s():.0f} s do not fit the time left"
-                    continue
-                todo = [r for r in p.waves[p.wave] if not r.launched]
-                if not todo:
-                    continue
-                if p.spread:  # each system to a GPU it has not run on in this row, if free
-                    seen = p.used.get(todo[0].system, set())
-                    gpu = next((g for g in free if g not in seen), free[0])
-                elif p.active or (p.gpu is not None and p.gpu not in free):
-                    continue
-                else:
-                    gpu = free[0] if p.gpu is None else p.gpu
-                todo[0].launched = True
-                free.remove(gpu)
-                p.gpu, p.started = gpu, True
-                p.used.setdefault(todo[0].system, set()).add(gpu)
-                p.active += 1
-                running += 1
-                start(todo[0], gpu, p)
-                launched = True
-                break
+    todo = list(plans)
+    while todo or running:
+        for p in list(todo):
+            if len(free) < p.width:
+                break  # keep the order: the next row waits for enough GPUs
+            todo.remove(p)
+            if clock() + p.cost_s() > limit_s:
+                p.dropped = f"its estimated {p.cost_s():.0f} s do not fit the time left"
+                continue
+            p.gpus, free = free[: p.width], free[p.width :]
+            running += 1
+            start(p)
         if not running:
+            for p in todo:  # wider than the machine
+                p.dropped = f"needs {p.width} GPUs"
             return
-        r, gpu, p = wait()
+        done = wait()
         running -= 1
-        r.finished = True
-        free.append(gpu)
-        p.active -= 1
-        if all(x.finished for x in p.waves[p.wave]):
-            p.wave += 1
+        free += done.gpus
 
 
-def simulate(plans: list[RowPlan], gpus: list[int], limit_s: float) -> float:
-    """The scheduler on the estimated durations: the plan's makespan (s)."""
-    heap: list[tuple[float, int, Run, int, RowPlan]] = []
-    now = [0.0]
+def simulate(plans: list[RowPlan], gpus: list[int], limit_s: float, setup_s: float = 0.0) -> float:
+    """The scheduler on the estimated durations, after setup_s of weights: the makespan (s)."""
+    heap: list[tuple[float, str, RowPlan]] = []
+    now = [setup_s]
 
-    def start(r: Run, gpu: int, p: RowPlan) -> None:
-        heapq.heappush(heap, (now[0] + r.est_s, id(r), r, gpu, p))
+    def start(p: RowPlan) -> None:
+        heapq.heappush(heap, (now[0] + p.cost_s(), p.name, p))
 
-    def wait() -> tuple[Run, int, RowPlan]:
-        t, _, r, gpu, p = heapq.heappop(heap)
+    def wait() -> RowPlan:
+        t, _, p = heapq.heappop(heap)
         now[0] = t
-        return r, gpu, p
+        return p
 
     schedule(plans, gpus, limit_s, start, wait, lambda: now[0])
     return now[0]
@@ -429,36 +412,50 @@ def run_gpu(a: argparse.Namespace, plans: list[RowPlan], gpus: list[int], work: 
             t_eff[key] = attention_length(data[p.case.data], p.case.seq_len, models[p.case.shape])
     smi = GpuPeak()
     smi.start()
-    done: queue.Queue[tuple[Run, int, RowPlan]] = queue.Queue()
+    done: queue.Queue[RowPlan] = queue.Queue()
     call = {"commit": git_commit(), "command": a.command, "gpus": gpus, "spread": a.spread,
             "steps": a.steps, "repeats": a.repeats, "warmup_steps": a.warmup_steps if a.warmup else 0,
             "skipped": {}, "dropped": {}, "warmups": [], "runs": []}  # fmt: skip
     doc = {"benchmark": "speed", "set": a.set, "calls": [call]}
     lock = threading.Lock()
 
-    def start(r: Run, gpu: int, p: RowPlan) -> None:
-        def go() -> None:
-            m = models[p.case.shape]
-            res = measure(r, p.case, m, data[p.case.data], gpu, work, smi,
-                          t_eff[(p.case.data, p.case.seq_len)])  # fmt: skip
-            with lock:
-                call["warmups" if r.rep < 0 else "runs"].append(res)
-                call["skipped"] = {q.name: q.skipped for q in plans if q.skipped}
-                call["dropped"] = {q.name: q.dropped for q in plans if q.dropped}
-                Path(a.out).write_text(json.dumps(doc, indent=1))
-            short = {k: v for k, v in res.items() if k not in ("tail", "command", "losses")}
-            print(json.dumps(short), flush=True)
-            if res["rc"]:
-                print(res["tail"][-1500:], flush=True)
-            done.put((r, gpu, p))
+    def one(r: Run, gpu: int, p: RowPlan) -> None:
+        res = measure(r, p.case, models[p.case.shape], data[p.case.data], gpu, work, smi,
+                      t_eff[(p.case.data, p.case.seq_len)])  # fmt: skip
+        with lock:
+            call["warmups" if r.rep < 0 else "runs"].append(res)
+            call["skipped"] = {q.name: q.skipped for q in plans if q.skipped}
+            call["dropped"] = {q.name: q.dropped for q in plans if q.dropped}
+            Path(a.out).write_text(json.dumps(doc, indent=1))
+        short = {k: v for k, v in res.items() if k not in ("tail", "command", "losses")}
+        print(json.dumps(short), flush=True)
+        if res["rc"]:
+            print(res["tail"][-1500:], flush=True)
 
-        threading.Thread(target=go, daemon=True).start()
+    def row(p: RowPlan) -> None:
+        """The row's waves in order; a wave's runs at once, one slot (GPU) each, a slot's runs
+        one after another."""
+        for w in range(len(p.waves)):
+            slots: dict[int, list[Run]] = {}
+            for r, slot in p.assign(w):
+                slots.setdefault(slot, []).append(r)
 
-    def wait() -> tuple[Run, int, RowPlan]:
-        return done.get()
+            def lane(runs: list[Run], gpu: int) -> None:
+                for r in runs:
+                    one(r, gpu, p)
 
-    t0 = time.monotonic()
-    schedule(plans, gpus, a.limit_s, start, wait, lambda: time.monotonic() - t0)
+            threads = [threading.Thread(target=lane, args=(runs, p.gpus[slot]))
+                       for slot, runs in slots.items()]  # fmt: skip
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        done.put(p)
+
+    def start(p: RowPlan) -> None:
+        threading.Thread(target=row, args=(p,), daemon=True).start()
+
+    schedule(plans, gpus, a.limit_s, start, done.get, lambda: time.monotonic() - a.t0)
     call["dropped"] = {q.name: q.dropped for q in plans if q.dropped}
     Path(a.out).write_text(json.dumps(doc, indent=1))
     smi.stop.set()
@@ -468,16 +465,18 @@ def print_plan(a: argparse.Namespace, plans: list[RowPlan], gpus: list[int]) -> 
     print(f"speed set {a.set}: {len(plans)} rows, {a.repeats} rounds of {a.steps} steps"
           + (f" after a {a.warmup_steps}-step warm-up of each system" if a.warmup else "")
           + f", GPUs {gpus}{' (spread)' if a.spread else ''}, limit {a.limit_s:.0f} s\n")  # fmt: skip
-    print("| row | systems | runs | est. s (one GPU) | left out |\n|---|---|---|---|---|")
+    print("| row | systems | runs | est. s, one GPU | est. s, as run | left out |")
+    print("|---|---|---|---|---|---|")
     for p in plans:
         runs = sum(len(w) for w in p.waves)
         one = sum(r.est_s for w in p.waves for r in w)
         left = "; ".join(f"{s}: {why}" for s, why in p.skipped.items())
-        print(f"| {p.name} | {', '.join(p.systems)} | {runs} | {one:.0f} | {left} |")
-    sims = [RowPlan(p.name, p.case, p.systems, p.skipped,
-                    [[Run(r.row, r.system, r.rep, r.steps, r.est_s) for r in w] for w in p.waves],
-                    p.spread) for p in plans]  # fmt: skip
-    span = simulate(sims, gpus, a.limit_s)
+        print(
+            f"| {p.name} | {', '.join(p.systems)} | {runs} | {one:.0f} | {p.cost_s():.0f} | {left} |"
+        )
+    sims = [RowPlan(p.name, p.case, p.systems, p.skipped, p.waves, p.width) for p in plans]
+    setup = sum(PREP_S.get(shape, 35.0) for shape in {p.case.shape for p in plans})
+    span = simulate(sims, gpus, a.limit_s, setup)
     kept = [p.name for p in sims if not p.dropped]
     print(f"\nestimated: {span:.0f} s on {len(gpus)} GPU(s); runs {', '.join(kept) or 'nothing'}")
     for p in sims:
@@ -501,8 +500,10 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="print the plan and its cost")
     ap.add_argument("--work", default="/tmp/dojo-bench")
     a = ap.parse_args()
+    a.t0 = time.monotonic()  # the limit counts from here: weights and data are made first
+    a.gpu_ids = [int(g) for g in a.gpus.split(",")]
     a.command = "python3 bench/speed.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
-    gpus = [int(g) for g in a.gpus.split(",")]
+    gpus = a.gpu_ids
     if a.dry_run:
         with tempfile.TemporaryDirectory() as tmp:
             print_plan(a, plan_rows(a, Path(tmp)), gpus)
