@@ -20,8 +20,8 @@ run recompiles), MFU, torch's peaks after step 1, nvidia-smi's peak for the GPU,
 GPUs: with one GPU every run is sequential. With several (--gpus 0,1,...), each row runs on one
 GPU, its systems alternating there (the default); with --spread the systems of one round run at
 once on different GPUs (round r puts system i on the r-th next free GPU), for rows too long for
-one GPU in one call. A row starts only if its estimated cost (COST) fits before --limit-s; rows
-that do not are dropped, last in the set's order first (the set's order is the keep order).
+one GPU in one call. Rows start in the set's order (its keep order), each only if its estimated cost
+fits before --limit-s; a row that does not is dropped and the next one is tried.
 The plan (--dry-run) is the same scheduler on the estimated durations.
 """
 
