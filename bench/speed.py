@@ -294,11 +294,8 @@ def command(case: Case, system: str, model: Path, data: Path, out: Path, steps: 
         return [sys.executable, str(BENCH / "trl_sft.py"), *common], {
             "CUDA_VISIBLE_DEVICES": str(gpu)
         }
-    if system == "trl-ds":
-        from baseline_trainer import ds_config
-
+    if system == "trl-ds":  # the plain script's JSON, written once by write_ds_configs
         ds = work / f"ds-zero{case.zero}.json"
-        ds.write_text(json.dumps(ds_config(case.zero, "none", {}), indent=1))
         return [*launcher, str(BENCH / "trl_sft.py"), *common, "--deepspeed", str(ds)], {}
     hook = str(BENCH / "hook")
     argv = [
@@ -309,6 +306,15 @@ def command(case: Case, system: str, model: Path, data: Path, out: Path, steps: 
         "--output-dir", str(out), "--force",
     ]  # fmt: skip
     return argv, {"PYTHONPATH": f"{hook}:{os.environ.get('PYTHONPATH', '')}"}
+
+
+def write_ds_configs(work: Path) -> None:
+    """work/ds-zeroN.json: bench/baseline_trainer.py's DeepSpeed JSONs, for trl-ds (once, before
+    runs start at once on several GPUs)."""
+    from baseline_trainer import ds_config
+
+    for zero in (0, 1, 2, 3):
+        (work / f"ds-zero{zero}.json").write_text(json.dumps(ds_config(zero, "none", {}), indent=1))
 
 
 class GpuPeak(threading.Thread):
@@ -404,6 +410,7 @@ def git_commit() -> str | None:
 
 def run_gpu(a: argparse.Namespace, plans: list[RowPlan], gpus: list[int], work: Path) -> None:
     data = speed_data(work)
+    write_ds_configs(work)
     models = {p.case.shape: prepare_model(p.case.shape, work) for p in plans}
     t_eff: dict[tuple[str, int], float] = {}
     for p in plans:
