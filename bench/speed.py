@@ -49,7 +49,7 @@ sys.path.insert(0, str(BENCH))
 
 from rows import SPEED_SETS, Case  # noqa: E402
 from steps import rates  # noqa: E402
-from workload import prepare_model, speed_data, write_config  # noqa: E402
+from workload import speed_data, write_config  # noqa: E402
 
 PEAK_BF16 = 989e12
 """H200 SXM dense bf16 FLOP/s (NVIDIA datasheet; the same Hopper tensor cores as the H100)."""
@@ -411,7 +411,11 @@ def git_commit() -> str | None:
 def run_gpu(a: argparse.Namespace, plans: list[RowPlan], gpus: list[int], work: Path) -> None:
     data = speed_data(work)
     write_ds_configs(work)
-    models = {p.case.shape: prepare_model(p.case.shape, work) for p in plans}
+    # weights in a child process: this one never makes a CUDA context on a GPU the runs use
+    shapes = sorted({p.case.shape for p in plans})
+    subprocess.run([sys.executable, str(BENCH / "workload.py"), "--work", str(work), *shapes],
+                   check=True)  # fmt: skip
+    models = {s: work / f"model-{s}" for s in shapes}
     t_eff: dict[tuple[str, int], float] = {}
     for p in plans:
         key = (p.case.data, p.case.seq_len)

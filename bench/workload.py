@@ -137,3 +137,16 @@ def longtail_data(work: Path, n: int = 1200) -> Path:
             words = int(min(400, max(10, rng.lognormvariate(math.log(60), 0.8))))
         chats.append(synthetic_chat(rng, words))
     return _write(work / "speed-longtail.jsonl", chats)
+
+
+if __name__ == "__main__":  # python bench/workload.py --work DIR SHAPE ...: make the weights
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    ap = argparse.ArgumentParser(description="make random-weight models of the given shapes")
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("shapes", nargs="+", choices=sorted(SHAPES))
+    a = ap.parse_args()
+    for s in a.shapes:
+        print(f"weights {s}: {prepare_model(s, a.work)}", flush=True)
