@@ -11,7 +11,9 @@ bf16, HF "auto" values in the DeepSpeed JSON).
 LoRA/QLoRA follow PEFT's guides: r 16, alpha 32, all-linear; QLoRA is NF4 + double quant with
 prepare_model_for_kbit_training, 4-bit storage in bf16 under ZeRO-3 (so ZeRO can shard it).
 It writes OUT/baseline_summary.json with real (non-padding) tokens/s after step 1, peak GPU
-memory after step 1 and of the whole run, and this process's peak host RSS.
+memory after step 1 and of the whole run, and this process's peak host RSS; with BENCH_STEPLOG
+set, bench/steps.py's per-step record too. Imports of torch and transformers wait for main(), so
+bench/memory.py and bench/speed.py read its DeepSpeed JSONs (``ds_config``) without them.
 """
 
 import argparse
@@ -21,16 +23,6 @@ import resource
 import time
 from pathlib import Path
 from typing import Any
-
-import torch
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    DataCollatorForSeq2Seq,
-    Trainer,
-    TrainerCallback,
-    TrainingArguments,
-)
 
 # LLaMA-Factory examples/deepspeed/ds_z{0,2,3}_config.json (auto everywhere, 5e8 buckets at 2).
 _COMMON: dict[str, Any] = {
@@ -88,32 +80,51 @@ def tokenize(tok, messages, seq_len):  # type: ignore[no-untyped-def]
     return {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels[: len(ids)]}
 
 
-class Clock(TrainerCallback):  # type: ignore[misc]
-    def __init__(self) -> None:
-        self.n = 0
-        self.t1 = 0.0
-        self.t_end = 0.0
-        self.tok1 = 0
-        self.tok_end = 0
-        self.peak_total = (0.0, 0.0)
+def clock() -> Any:
+    """The callback behind baseline_summary.json: tokens and time at step 1 and at the end."""
+    import torch
+    from transformers import TrainerCallback
 
-    def on_step_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
-        self.n += 1
-        if self.n == 1:
-            torch.cuda.synchronize()
-            self.t1 = time.perf_counter()
-            self.tok1 = state.num_input_tokens_seen
-            self.peak_total = (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())
-            torch.cuda.reset_peak_memory_stats()
+    class Clock(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.n = 0
+            self.t1 = 0.0
+            self.t_end = 0.0
+            self.tok1 = 0
+            self.tok_end = 0
+            self.peak_total = (0.0, 0.0)
 
-    def on_train_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
-        torch.cuda.synchronize()
-        self.t_end = time.perf_counter()
-        self.tok_end = state.num_input_tokens_seen
+        def on_step_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            self.n += 1
+            if self.n == 1:
+                self.t1, self.tok1 = time.perf_counter(), state.num_input_tokens_seen
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                    self.t1 = time.perf_counter()
+                    self.peak_total = (
+                        torch.cuda.max_memory_allocated(),
+                        torch.cuda.max_memory_reserved(),
+                    )
+                    torch.cuda.reset_peak_memory_stats()
+
+        def on_train_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.t_end = time.perf_counter()
+            self.tok_end = state.num_input_tokens_seen
+
+    return Clock()
 
 
 def load(a: argparse.Namespace, zero3: bool) -> Any:
-    kw: dict[str, Any] = {"dtype": torch.bfloat16, "attn_implementation": "sdpa"}
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cuda = torch.cuda.is_available()  # CPU: fp32 (tests run the script on a tiny model)
+    kw: dict[str, Any] = {
+        "dtype": torch.bfloat16 if cuda else torch.float32,
+        "attn_implementation": "sdpa",
+    }
     if a.method == "qlora":
         from transformers import BitsAndBytesConfig
 
@@ -141,6 +152,10 @@ def load(a: argparse.Namespace, zero3: bool) -> Any:
 
 
 def main() -> None:
+    import torch
+    from steps import steplog
+    from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Trainer, TrainingArguments
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--data", required=True)
@@ -168,7 +183,7 @@ def main() -> None:
         per_device_train_batch_size=a.micro_batch,
         max_steps=a.max_steps,
         learning_rate=2e-5 if a.method == "full" else 2e-4,
-        bf16=True,
+        bf16=torch.cuda.is_available(),
         logging_steps=10,
         save_strategy="no",
         report_to=[],
@@ -180,26 +195,30 @@ def main() -> None:
         seed=42,
     )
     model = load(a, zero == 3)
-    clock = Clock()
+    timer = clock()
+    log = steplog()
     trainer = Trainer(
         model=model,
         args=args,
         train_dataset=ds_rows,
         data_collator=DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100),
-        callbacks=[clock],
+        callbacks=[timer] + ([log] if log is not None else []),
     )
     trainer.train()
-    secs = max(clock.t_end - clock.t1, 1e-9)
+    secs = max(timer.t_end - timer.t1, 1e-9)
     gib = 2**30
+    cuda = torch.cuda.is_available()
+    alloc = torch.cuda.max_memory_allocated() if cuda else 0
+    reserved = torch.cuda.max_memory_reserved() if cuda else 0
     out = {
-        "tokens_per_s_after_step1": (clock.tok_end - clock.tok1) / secs,
-        "peak_allocated_gib_after_step1": torch.cuda.max_memory_allocated() / gib,
-        "peak_reserved_gib_after_step1": torch.cuda.max_memory_reserved() / gib,
-        "peak_allocated_gib": max(clock.peak_total[0], torch.cuda.max_memory_allocated()) / gib,
-        "peak_gpu_gib": max(clock.peak_total[1], torch.cuda.max_memory_reserved()) / gib,
+        "tokens_per_s_after_step1": (timer.tok_end - timer.tok1) / secs,
+        "peak_allocated_gib_after_step1": alloc / gib,
+        "peak_reserved_gib_after_step1": reserved / gib,
+        "peak_allocated_gib": max(timer.peak_total[0], alloc) / gib,
+        "peak_gpu_gib": max(timer.peak_total[1], reserved) / gib,
         "host_rss_peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "train_seconds_after_step1": secs,
-        "seconds_per_step_after_step1": secs / max(clock.n - 1, 1),
+        "seconds_per_step_after_step1": secs / max(timer.n - 1, 1),
         "steps": trainer.state.global_step,
         "ds_config": ds,
     }

@@ -1,33 +1,44 @@
 #!/usr/bin/env bash
-# The one entry point for a GPU call (on the lent machine, from the repo root, with .whl carried:
-# see docs/benchmarks.md). Each plan writes its results under $OUT.
+# The one entry point on the lent GPU machine (from the repo root, .whl carried: bench/README.md).
+# Each benchmark writes its result file under $OUT; copy it to bench/results/ and run
+# `python bench/report.py > docs/benchmarks.md` on the CPU.
 #
-#   bash bench/gpu.sh memory [ROW ...]      held-out memory matrix (bench/matrix_rows.py), all rows or some
-#   bash bench/gpu.sh speed PLAN...         dojo vs the plain script, e.g. T1:baseline T1:dojo (bench/throughput.py);
-#                                           REPEATS=R STEPS=N LIMIT_S=S WARMUP=W in the environment
-#   bash bench/gpu.sh tests [PATH ...]      the GPU tests (pytest -m gpu), all or those under PATH
+#   bash bench/gpu.sh memory SET [ROW ...]     a memory set of bench/rows.py, all rows or some
+#                                              -> $OUT/memory-SET.json (bench/memory.py)
+#   bash bench/gpu.sh speed SET [ARGS ...]     a speed set -> $OUT/speed-SET.json (bench/speed.py);
+#                                              ARGS go to speed.py, e.g. --only 1b-full 1b-lora
+#   bash bench/gpu.sh tests [PATH ...]         the GPU tests (pytest -m gpu), all or those under PATH
 #
-# Earlier sessions ran the same plans from per-call scripts (gpu_call1/2.sh, gpu_s2_*.sh,
-# gpu_s3_*.sh); docs/benchmarks*.md give each call's exact arguments and git history keeps them.
+# Environment: LIMIT_S (the command's time limit, default 560 s; speed.py drops the rows that
+# would end later, last in the set's order first), for speed REPEATS (2), STEPS (30), WARMUP
+# (warm-up steps of each system before the rounds, 3; 0 = no warm-up) and GPUS (the GPU ids to
+# use, default all; with more than one, a round's systems run at once on several GPUs: --spread),
+# for memory MEM_ARGS (more bench/memory.py options, e.g. "--parallel 4"),
+# DOJO_BENCH_MEMSNAP=DIR (the allocator's history of each dojo row, bench/memsnap.py).
 set -uo pipefail
 source bench/gpu_setup.sh || exit 1
-# DOJO_BENCH_MEMSNAP=DIR (e.g. $OUT/snap): the allocator's history of each dojo row, summarized
-# by bench/memsnap.py (bench/hook/sitecustomize.py); the hook goes first on PYTHONPATH.
 [ -n "${DOJO_BENCH_MEMSNAP:-}" ] && export PYTHONPATH="$PWD/bench/hook:$PYTHONPATH"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers, deepspeed, peft; print(torch.__version__, transformers.__version__, deepspeed.__version__, peft.__version__)"
+limit=${LIMIT_S:-560}
 plan=${1:-}; shift || true
 case "$plan" in
   memory)
+    set_name=${1:?usage: bash bench/gpu.sh memory SET [ROW ...]}; shift
     only=(); [ $# -gt 0 ] && only=(--only "$@")
-    # MEM_ARGS: e.g. "--rows s4 --parallel 6" (bench/memory_parallel.py options)
-    timeout "${LIMIT_S:-520}" python3 bench/memory_parallel.py --out "$OUT/mem.json" ${MEM_ARGS:-} "${only[@]}" ;;
+    timeout "$limit" python3 bench/memory.py --set "$set_name" --out "$OUT/memory-$set_name.json" \
+      ${MEM_ARGS:-} "${only[@]}" ;;
   speed)
-    # REPEATS=R runs the whole plan R times, alternating (bench/speed_table.py --median)
-    timeout "${LIMIT_S:-520}" python3 bench/throughput.py --out "$OUT/tp.json" --steps "${STEPS:-12}" \
-      --repeats "${REPEATS:-1}" --warmup "${WARMUP:-0}" --plan "$@" ;;
+    set_name=${1:?usage: bash bench/gpu.sh speed SET [speed.py args]}; shift
+    gpus=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)}
+    spread=(); [[ "$gpus" == *,* ]] && spread=(--spread)
+    warm=(); [ "${WARMUP:-3}" != 0 ] && warm=(--warmup --warmup-steps "${WARMUP:-3}")
+    # the scheduler's own limit leaves 40 s for the last runs to write their results
+    timeout "$limit" python3 bench/speed.py --set "$set_name" --out "$OUT/speed-$set_name.json" \
+      --gpus "$gpus" "${spread[@]}" --repeats "${REPEATS:-2}" --steps "${STEPS:-30}" "${warm[@]}" \
+      --limit-s "$((limit - 40))" "$@" ;;
   tests)
-    timeout "${LIMIT_S:-520}" python3 -m pytest -q -rA --runslow -m gpu "${@:-tests/}" ;;
+    timeout "$limit" python3 -m pytest -q -rA --runslow -m gpu "${@:-tests/}" ;;
   *)
     echo "usage: bash bench/gpu.sh memory|speed|tests [...]" >&2; exit 2 ;;
 esac

@@ -2,7 +2,7 @@
 (bench/hook/sitecustomize.py writes one when DOJO_BENCH_MEMSNAP is set; issue 12).
 
 Full fine-tuning under expandable segments held 0.7-6.8 GiB reserved beyond allocated on the H200
-(sessions 6-9) that no term of the estimate follows. Each time the allocator maps more memory
+(the heldout-expandable to heldout-expandable-default sets) that no term of the estimate follows. Each time the allocator maps more memory
 (``segment_map``, or ``segment_alloc`` under the default allocator), the trace says how much, how
 much was allocated then, and which Python frames asked for the allocation that did not fit: the
 summary lists those growths, largest first, and the free blocks (holes) left at the end.

@@ -1,0 +1,336 @@
+"""docs/benchmarks.md from bench/results/*.json: every table, each with the command behind it.
+
+    python bench/report.py > docs/benchmarks.md      # the whole page (tests check it is current)
+    python bench/report.py merge A.json B.json -o bench/results/speed-peer.json
+
+Nothing here is typed by hand: the measured numbers are the result files' (one file per
+benchmark: memory-SET.json, speed-SET.json, startup.json; the latest run of each), and the
+memory tables' "now" columns are today's `dojo estimate` for the settings each row ran with
+(bench/memory.py estimate_row), recomputed at every run. `merge` joins two GPU calls of one
+benchmark into one file (each call keeps its own runs: a ratio never crosses calls).
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+RESULTS = BENCH / "results"
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(BENCH))
+
+from rows import MEMORY_SETS, SPEED_SETS, Row  # noqa: E402
+
+HEAD = """# Benchmarks
+
+The current tables of every benchmark in `bench/` (bench/README.md says how each is measured),
+made by `python bench/report.py > docs/benchmarks.md` from the latest result file of each
+(`bench/results/`); no number here is typed by hand. GPU numbers come from one lent NVIDIA H200
+(the software: `bench/gpu-wheels.sh`, installed by `bench/gpu_setup.sh`). Results measured with
+scripts that `bench/` no longer has name them and their commit; git history keeps them, and the
+command to measure the same rows today is given beside.
+"""
+
+SPEED_PROSE = """Real (non-padding) tokens per second per GPU after step 1, the median of each system's
+recorded runs; "vs plain" divides by the plain script's median of the same row in the same GPU
+call, never across calls. Windows: tokens/s over steps 2-10, 11-20 and 21-30 (medians): a later
+window slower than the first means the run recompiled. MFU: tokens/s x (6N + 12·L·h·T) / 989
+TFLOP/s, T the token-weighted mean sample length. Peaks after step 1: torch's max allocated,
+nvidia-smi's for the GPU. Loss: each system's own logged loss at its last logging step (TRL
+averages over assistant tokens of a padding-free batch; the others as the HF Trainer does)."""
+
+MEMORY_PROSE = """Each row is one short training run beside `dojo estimate` for the same settings
+(bench/memory.py); "device" is nvidia-smi's per-process peak (GiB), "allocated" torch's max
+allocated after step 1. "when run": the estimate the bench recorded as the row ran (the
+estimator of that call's commit); "now": today's `dojo estimate`, with the settings the row ran
+with pinned (its DeepSpeed zero_optimization and attention kernel). A held-out claim is about
+rows committed before they ran: bench/rows.py gives each set's commit. A row today's dojo
+refuses (e.g. SDPA for Gemma-2, which older transformers ran by dropping the soft-cap) has no
+"now" estimate. Right: an OOM run estimated "does not fit", a finished one "fits" or "tight"."""
+
+
+def load(name: str) -> dict[str, Any] | None:
+    f = RESULTS / name
+    return json.loads(f.read_text()) if f.exists() else None
+
+
+def pct(est: float | None, meas: float | None) -> str:
+    return "" if not est or not meas else f"{100 * (est - meas) / meas:+.1f}%"
+
+
+def num(v: Any, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+# ------------------------------------------------------------------------------------ start-up
+
+
+def startup() -> list[str]:
+    doc = load("startup.json")
+    if not doc:
+        return []
+    out = ["## Start-up time (CPU)", "",
+           f"`{doc['command']}` ({doc['cores']} cores; median of {doc['runs']} fresh interpreters, "
+           f"target under {doc['target_x_bare']}x a bare `python -c pass`):", "",
+           "| command | median s | x bare |", "|---|---|---|"]  # fmt: skip
+    for name, r in doc["results"].items():
+        out.append(f"| {name} | {r['median_s']:.3f} | {r['x_bare']:.2f} |")
+    return out + [""]
+
+
+# ------------------------------------------------------------------------------------ memory
+
+
+def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
+    """Each measured row with today's estimate (est_now) beside the recorded one."""
+    from memory import H200_GIB, HOST_GIB, estimate_row, verdict_right
+
+    out = []
+    for m in doc["rows"]:
+        p = dict(m["params"])
+        p["extra"] = tuple(p.get("extra", ()))
+        row = Row(**p)
+        now = (
+            {"error": m["refused"]}
+            if "refused" in m
+            else estimate_row(row, work, H200_GIB, HOST_GIB, m.get("ran") or {})
+        )
+        ran = not (m.get("oom") or m.get("host_killed") or m.get("host_oom") or "refused" in m)
+        device = m.get("smi_proc_peak_gib", m.get("smi_peak_gib"))
+        then = m.get("estimate") or {}
+        out.append({
+            "m": m,
+            "ran": ran and m.get("rc") == 0,
+            "device": device if ran else None,
+            "now": now,
+            "right_now": None if "error" in now else verdict_right(m, now, HOST_GIB),
+            "err_now": None if "error" in now or not ran else pct(now["gpu_gib"], device),
+            "err_then": pct(then.get("gpu_gib"), device) if ran else None,
+        })  # fmt: skip
+    return out
+
+
+def _within(rows: list[dict[str, Any]], key: str) -> tuple[int, int, float]:
+    errs = [float(r[key].rstrip("%")) for r in rows if r["ran"] and r[key]]
+    return sum(abs(e) <= 10 for e in errs), len(errs), max((abs(e) for e in errs), default=0.0)
+
+
+def memory() -> list[str]:
+    out = ["## Memory: measured against `dojo estimate`", "", MEMORY_PROSE, ""]
+    summary = ["| set | rows measured | held | held within ±10%, when run | within ±10%, now "
+               "| worst now | verdicts right, now | rows first committed |",
+               "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    detail: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, mset in MEMORY_SETS.items():
+            doc = load(f"memory-{name}.json")
+            if not doc:
+                continue
+            rows = memory_rows(doc, Path(tmp))
+            held = [r for r in rows if r["m"]["split"] == "held"]
+            h_in, h_n, _ = _within(held, "err_then")
+            a_in, a_n, worst = _within(rows, "err_now")
+            judged = [r for r in rows if r["right_now"] is not None]
+            right = sum(bool(r["right_now"]) for r in judged)
+            refused = len(rows) - len(judged)
+            summary.append(
+                f"| {name} | {len(rows)} of {len(mset.rows)} | {len(held)} | {h_in}/{h_n} "
+                f"| {a_in}/{a_n} | {worst:.1f}% | {right}/{len(judged)}"
+                + (f" ({refused} refused)" if refused else "")
+                + f" | {mset.committed} |"
+            )
+            detail += memory_set_table(name, mset.about, doc, rows)
+    return out + summary + [""] + detail
+
+
+def memory_set_table(
+    name: str, about: str, doc: dict[str, Any], rows: list[dict[str, Any]]
+) -> list[str]:
+    out = [f"### {name}", "", about, ""]
+    for i, c in enumerate(doc["calls"]):
+        what = f"`{c['command']}`" + (f" ({c['via']})" if c.get("via") else "")
+        if c.get("file"):
+            what += f" (as `{c['file']}`, added in {c['added_in']})"
+        elif c.get("commit"):
+            what += f" at {c['commit']}"
+        out.append(f"- call {i}: {what}")
+    out += [
+        f"- today: `{doc['command']}`; `python bench/memory.py --set {name} --dry-run` (CPU)",
+        "",
+    ]
+    out += ["| row | split | call | device | allocated | est. now | err | alloc. now | err "
+            "| verdict now | right | est. when run | err |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        m, now = r["m"], r["now"]
+        if m.get("oom"):
+            shown = "OOM"
+        elif m.get("host_killed") or m.get("host_oom"):
+            shown = "host RAM"
+        elif "refused" in m:
+            shown = "refused"
+        elif m.get("rc"):
+            shown = f"failed (rc {m['rc']})"
+        else:
+            shown = num(r["device"])
+        then = m.get("estimate") or {}
+        if "error" in now:
+            est = "refused by dojo | | | | |"
+        else:
+            right = {True: "yes", False: "NO", None: ""}[r["right_now"]]
+            est = (f"{now['gpu_gib']:.2f} | {r['err_now'] or ''} | {now['alloc_gib']:.2f} "
+                   f"| {pct(now['alloc_gib'], m.get('alloc_gib')) if r['ran'] else ''} "
+                   f"| {now['verdict']} | {right} |")  # fmt: skip
+        out.append(
+            f"| {m['row']} | {m['split']} | {m.get('call', 0)} | {shown} | {num(m.get('alloc_gib'))} "
+            f"| {est} {num(then.get('gpu_gib'))} | {r['err_then'] or ''} |"
+        )
+    return out + [""]
+
+
+# ------------------------------------------------------------------------------------ speed
+
+
+def _median(vals: list[float]) -> float | None:
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def speed_call_table(call: dict[str, Any], order: list[str]) -> list[str]:
+    out = ["| row | system | runs | median tokens/s | min-max | vs plain | windows 2-10 / 11-20 / 21-30 "
+           "| MFU | peak alloc GiB | nvidia-smi GiB | loss |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in call["runs"]:
+        groups.setdefault((r["row"], r["system"]), []).append(r)
+    keys = sorted(
+        groups, key=lambda k: (order.index(k[0]) if k[0] in order else 99, k[1] != "plain", k[1])
+    )
+    for row, system in keys:
+        rs = groups[(row, system)]
+        ok = [r for r in rs if r["rc"] == 0 and r.get("tokens_per_s")]
+        n = f"{len(ok)}" + (f" (+{len(rs) - len(ok)} failed)" if len(ok) < len(rs) else "")
+        if not ok:
+            out.append(f"| {row} | {system} | {n} | - | - | - | - | - | - | - | - |")
+            continue
+        med = statistics.median(r["tokens_per_s"] for r in ok)
+        plain = [
+            r["tokens_per_s"]
+            for r in groups.get((row, "plain"), [])
+            if r["rc"] == 0 and r.get("tokens_per_s")
+        ]
+        ratio = f"{med / statistics.median(plain):.2f}x" if plain and system != "plain" else "-"
+        spread = (
+            f"{min(r['tokens_per_s'] for r in ok):,}-{max(r['tokens_per_s'] for r in ok):,}"
+            if len(ok) > 1
+            else "-"
+        )
+        wkeys = list(ok[0].get("windows") or {})[:3]
+        windows = (
+            " / ".join(
+                f"{_median([r['windows'].get(k) for r in ok if r.get('windows')]):,.0f}"
+                for k in wkeys
+            )
+            or "-"
+        )
+        mfu = _median([r.get("mfu") for r in ok])
+        alloc = _median([r.get("peak_alloc_gib") for r in ok])
+        smi = max((r.get("smi_peak_gib") or 0 for r in ok), default=0) or None
+        losses = ok[0].get("losses") or {}
+        loss = f"{losses[max(losses, key=int)]:.4f}" if losses else "-"
+        out.append(
+            f"| {row} | {system} | {n} | {med:,.0f} | {spread} | {ratio} | {windows} "
+            f"| {num(mfu, '{:.1%}')} | {num(alloc, '{:.1f}')} | {num(smi, '{:.1f}')} | {loss} |"
+        )
+    return out
+
+
+def speed_section(name: str, title: str, about: str) -> list[str]:
+    doc = load(f"speed-{name}.json")
+    order = list(SPEED_SETS[name])
+    out = [f"### {title}", "", about, ""]
+    cases = SPEED_SETS[name]
+    out += ["| row | shape | method | ZeRO | micro-batch x seq | checkpointing | data | systems |",
+            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for row, c in cases.items():
+        out.append(f"| {row} | {c.shape} | {c.method} | {c.zero} | {c.micro_batch} x {c.seq_len} "
+                   f"| {'on' if c.grad_ckpt else 'off'} | {c.data} | {', '.join(c.systems)} |")  # fmt: skip
+    out += ["", f"Today: `bash bench/gpu.sh speed {name}` (plan: `python bench/speed.py --set {name} "
+            "--warmup --dry-run`).", ""]  # fmt: skip
+    if not doc:
+        return out + ["Not measured yet.", ""]
+    for i, call in enumerate(doc["calls"]):
+        what = f"`{call['command']}`"
+        if call.get("file"):
+            what += (f", older scripts: `{call['file']}` (case {call['case_was']}), code at "
+                     f"{call['commit']}, added in {call['added_in']}")  # fmt: skip
+        elif call.get("commit"):
+            what += f" at {call['commit']}"
+        out += [f"Call {i}: {what}.", ""]
+        if call.get("dropped"):
+            out += [f"Dropped for time: {', '.join(call['dropped'])}.", ""]
+        out += speed_call_table(call, order) + [""]
+    return out
+
+
+def speed() -> list[str]:
+    out = ["## Speed: dojo against the plain script and TRL", "", SPEED_PROSE, ""]
+    out += speed_section(
+        "peer", "Realistic mix (the peer set)",
+        "The realistic SFT mix (bench/workload.py); the plain script pads each batch to its "
+        "longest sample, dojo and TRL pack. 1b-full is the case the older speed tables called T6.",
+    )  # fmt: skip
+    out += speed_section(
+        "peer-variants", "dojo's variants on the realistic mix",
+        "dojo's defaults against each variant that resolves to a different run, with the plain "
+        "script in the same call for the ratio.",
+    )  # fmt: skip
+    out += speed_section(
+        "fixed", "Fixed-length rows (secondary)",
+        "Every sample longer than seq-len (truncated): no padding for any system, one sample per "
+        "row. The older speed tables' cases T1-T5 and T7.",
+    )  # fmt: skip
+    return out
+
+
+def page() -> str:
+    parts = [HEAD, *startup(), *speed(), *memory()]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def merge(files: list[Path], out: Path) -> None:
+    """One result file from several calls of one benchmark and set (memory: rows by call)."""
+    docs = [json.loads(f.read_text()) for f in files]
+    if len({(d["benchmark"], d["set"]) for d in docs}) != 1:
+        raise SystemExit("merge: the files hold different benchmarks or sets")
+    first = dict(docs[0])
+    if first["benchmark"] == "speed":
+        first["calls"] = [c for d in docs for c in d["calls"]]
+    else:
+        calls, rows = [], []
+        for d in docs:
+            base = len(calls)
+            calls += d["calls"]
+            rows += [{**r, "call": base + r.get("call", 0)} for r in d["rows"]]
+        first["calls"], first["rows"] = calls, rows
+    out.write_text(json.dumps(first, indent=1) + "\n")
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["merge"]:
+        ap = argparse.ArgumentParser(prog="report.py merge")
+        ap.add_argument("files", nargs="+", type=Path)
+        ap.add_argument("-o", "--out", type=Path, required=True)
+        a = ap.parse_args(sys.argv[2:])
+        merge(a.files, a.out)
+        return
+    sys.stdout.write(page())
+
+
+if __name__ == "__main__":
+    main()

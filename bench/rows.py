@@ -1,0 +1,589 @@
+"""Every benchmark row of bench/ as data: the memory row sets and the speed sets, by name.
+
+    python bench/memory.py --set NAME --dry-run      # a memory set, resolved and estimated (CPU)
+    python bench/speed.py --set NAME --dry-run       # a speed set's plan and its cost
+
+Memory sets (``MEMORY_SETS``): each row is one ``dojo train`` run (system "dojo") or one run of the
+plain HF Trainer + DeepSpeed script (system "plain", bench/baseline_trainer.py) on a random-weight
+model of a real shape, 3 optimizer steps, measured against ``dojo estimate`` for the same settings
+(bench/memory.py). Every row is tagged before it ran: "fit" rows may be used to fit the
+estimator's constants, "held" rows only judge it. A held-out claim is only as good as the record
+that the rows were committed before they ran, so each set says the commit where its rows were
+first committed (``committed``) and the file they were committed in (``was``); a set's rows and
+their split never change after it ran (git log -p bench/rows.py shows it). A new held-out set is
+a new entry here, committed before its GPU call.
+
+Speed sets (``SPEED_SETS``): cases run by bench/speed.py with several systems each, alternating,
+always as a ratio to the plain script in the same GPU call. Systems: "plain"
+(bench/baseline_trainer.py), "trl" and "trl-ds" (bench/trl_sft.py without and with DeepSpeed),
+"dojo" (dojo train's defaults) and "dojo FLAGS" (dojo train with extra flags, e.g.
+"dojo --compile off").
+
+Shapes: the architectures rows train, by key (``SHAPES``): names in dojo.architectures, and
+``EXTRA_ARCHS`` for those not in dojo's table.
+"""
+
+from dataclasses import dataclass
+
+SHAPES = {
+    "l1b": "llama-3.2-1b",  # tied, GQA 32/8, 128k vocabulary
+    "l3b": "llama-3.2-3b",  # tied, GQA 24/8, 128k vocabulary
+    "l7b": "llama-2-7b",  # untied, MHA, 32k vocabulary
+    "l8b": "llama-3.1-8b",  # untied, GQA 32/8, 128k vocabulary
+    "tl1b": "tinyllama-1.1b",  # untied, GQA 32/4, 32k vocabulary
+    "m7b": "mistral-7b-v0.3",  # untied, 32k vocabulary
+    "q05": "qwen2.5-0.5b",  # tied, GQA 14/2, 152k vocabulary
+    "q15": "qwen2.5-1.5b",  # tied, GQA 12/2, 152k vocabulary
+    "q3b": "qwen2.5-3b",  # tied, GQA 16/2, 152k vocabulary, qkv bias
+    "q06": "qwen3-0.6b",  # tied, qk-norm, head_dim 128 > hidden/heads
+    "q3": "qwen3-1.7b",  # qk-norm, 152k vocabulary (EXTRA_ARCHS)
+    "g2b": "gemma-2-2b",  # 256k vocabulary, head_dim 256, soft-capping
+}
+EXTRA_ARCHS = {
+    # Qwen/Qwen3-1.7B config.json (not in dojo's table): GQA 16/8, head_dim 128, tied, 152k vocab.
+    "qwen3-1.7b": {
+        "model_type": "qwen3",
+        "hidden_size": 2048,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 6144,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One memory row. Fields a system does not have are ignored for it (plain: liger, packing,
+    compile, optim, attn, liger_loss, extra)."""
+
+    split: str  # "fit" | "held"
+    system: str  # "dojo" | "plain"
+    shape: str  # a SHAPES key
+    stage: int  # ZeRO stage; -1 = the plain Trainer without DeepSpeed (plain rows only)
+    method: str = "full"
+    micro_batch: int = 4
+    seq_len: int = 2048
+    grad_ckpt: bool = False
+    liger: bool = True  # dojo: --liger on|off
+    packing: bool = True  # dojo: --packing (the plain script pads; its data is fixed-length)
+    offload: str = "none"  # optimizer offload (dojo adds --optimizer ds, as DeepSpeed needs)
+    compile: str = "off"  # dojo: --compile
+    expect_oom: bool = False  # runs alone on the GPU; OOM is the expected result
+    optim: str = "auto"  # dojo: --optim (auto = adamw_torch_fused)
+    expandable: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for the run
+    alloc: str = ""  # the run's whole PYTORCH_CUDA_ALLOC_CONF ("" = as expandable says)
+    attn: str = "auto"  # dojo: --attn
+    liger_loss: bool = False  # dojo: --liger loss (Liger's fused loss without its layer kernels)
+    extra: tuple[str, ...] = ()  # dojo: more dojo train flags, as given
+
+    def label(self) -> str:
+        """The row's name: unique in its set, stable (the result files and --only use it)."""
+        z = "noDS" if self.stage < 0 else f"Z{self.stage}"
+        bits = [self.system, self.shape, z, self.method, f"b{self.micro_batch}x{self.seq_len}"]
+        bits.append("ckpt" if self.grad_ckpt else "nockpt")
+        if self.system == "dojo":
+            bits.append("liger" if self.liger else "noliger")
+            bits.append("pack" if self.packing else "nopack")
+            if self.compile != "off":
+                bits.append(f"compile-{self.compile}")
+        if self.offload != "none":
+            bits.append(f"off-{self.offload}")
+        if self.optim != "auto":
+            bits.append(self.optim)
+        if self.expandable:
+            bits.append("expseg")
+        if self.alloc:
+            exp = "expandable" in self.alloc
+            bits.append("expseg" if exp else self.alloc.replace(":", "").replace("_", ""))
+        if self.attn != "auto":
+            bits.append(self.attn.replace("_", ""))
+        if self.liger_loss:
+            bits.append("ligerloss")
+        bits += [t.lstrip("-").replace("-", "") for t in self.extra]
+        return "_".join(bits)
+
+
+@dataclass(frozen=True)
+class MemorySet:
+    rows: tuple[Row, ...]
+    about: str  # what the rows probe
+    committed: str  # commit(s) where the rows were first committed, before they ran
+    was: str  # the file they were committed in (git show COMMIT:FILE)
+
+
+D, P = "dojo", "plain"
+F, H = "fit", "held"
+EXP = "expandable_segments:True"  # dojo train's default allocator on CUDA (--expandable-segments auto)
+SPLIT = "max_split_size_mb:256"
+_CAL = ("--lora-dropout", "0", "--bucket-size", "5e8")  # the calibration runs' own flags
+_OFF, _ON = ("--no-overlap-comm",), ("--overlap-comm",)
+
+# fmt: off
+MEMORY_SETS: dict[str, MemorySet] = {
+    "calibration": MemorySet(
+        about="Llama-3.2-1B and Llama-2-7B under dojo train, ZeRO 0-3, overlap_comm on and off, "
+        "5e8 and 2e8 buckets, CPU offload, full/LoRA/QLoRA, packed chats, Liger on, compile off. "
+        "fit: the rows the estimator's constants were first calibrated on (their results and "
+        "constants in 7650319); held: run after 7650319 against those constants (results in "
+        "bfa88bd).",
+        committed="4a2be87 (14 rows; the 1B QLoRA row and the two 7B ZeRO-3 rows ran only after "
+        "7650319's calibration); bfa88bd (6 held rows, committed with their results)",
+        was="bench/memory_matrix.py (MATRIX)",
+        rows=(
+            Row(F, D, "l1b", 0, extra=_OFF + _CAL),
+            Row(F, D, "l1b", 1, extra=_OFF + _CAL),
+            Row(F, D, "l1b", 2, extra=_OFF + _CAL),
+            Row(F, D, "l1b", 2, extra=_ON + _CAL),
+            Row(F, D, "l1b", 2, extra=_ON + ("--lora-dropout", "0", "--bucket-size", "2e8")),
+            Row(F, D, "l1b", 2, micro_batch=8, grad_ckpt=True, extra=_ON + _CAL),
+            Row(F, D, "l1b", 3, extra=_ON + _CAL),
+            Row(F, D, "l1b", 2, grad_ckpt=True, offload="cpu", extra=_OFF + _CAL),
+            Row(F, D, "l1b", 2, "lora", extra=_OFF + _CAL),
+            Row(H, D, "l1b", 2, "qlora", grad_ckpt=True, extra=_OFF + _CAL),
+            Row(H, D, "l1b", 3, micro_batch=2, grad_ckpt=True, extra=_OFF + _CAL),
+            Row(H, D, "l1b", 1, micro_batch=8, grad_ckpt=True, extra=_OFF + _CAL),
+            Row(H, D, "l1b", 2, "lora", micro_batch=8, grad_ckpt=True, extra=_OFF + _CAL),
+            Row(H, D, "l1b", 0, micro_batch=2, seq_len=4096, extra=_OFF + _CAL),
+            Row(H, D, "l1b", 2, micro_batch=8, grad_ckpt=True, offload="cpu", extra=_OFF + _CAL),
+            Row(F, D, "l7b", 2, "lora", grad_ckpt=True, extra=_OFF + _CAL),
+            Row(H, D, "l7b", 3, micro_batch=1, grad_ckpt=True, extra=_ON + _CAL),
+            Row(F, D, "l7b", 2, micro_batch=1, grad_ckpt=True, expect_oom=True, extra=_OFF + _CAL),
+            Row(H, D, "l7b", 3, "qlora", micro_batch=2, grad_ckpt=True, extra=_OFF + _CAL),
+            # host RAM: pinned fp32 master + grad + bf16 buffer and Adam m, v: about 132 GiB
+            Row(H, D, "l7b", 2, micro_batch=1, grad_ckpt=True, offload="cpu", extra=_OFF + _CAL),
+        ),
+    ),
+    "five-archs": MemorySet(
+        about="Five architectures (Llama-3.2-1B, Qwen2.5-1.5B, Gemma-2-2B, Qwen3-1.7B, "
+        "Llama-3.1-8B), 512-16k tokens, Liger and packing on and off, full/LoRA/QLoRA, ZeRO 0-3, "
+        "checkpointing on and off, one CPU-offload row, dojo and the plain script; fit and held "
+        "rows mixed, the split fixed before the first run.",
+        committed="22bfb4c",
+        was="bench/matrix_rows.py",
+        rows=(
+            Row(F, D, "l1b", 2),
+            Row(H, D, "l1b", 3),
+            Row(H, D, "l1b", 0, micro_batch=1, seq_len=16384, grad_ckpt=True),
+            Row(F, D, "l1b", 2, micro_batch=1, seq_len=8192, liger=False),
+            Row(F, D, "l1b", 2, "lora", seq_len=4096),
+            Row(H, D, "l1b", 3, "lora"),
+            Row(F, D, "l1b", 2, "qlora", grad_ckpt=True),
+            Row(H, D, "l1b", 1, liger=False, packing=False),
+            Row(F, D, "l1b", 2, micro_batch=8, seq_len=512, compile="auto"),
+            Row(F, P, "l1b", 2),
+            Row(H, P, "l1b", 3),
+            Row(H, P, "l1b", 2, grad_ckpt=True, offload="cpu"),
+            Row(F, P, "l1b", 2, "lora"),
+            Row(H, P, "l1b", -1, "qlora", grad_ckpt=True),
+            Row(F, P, "l1b", 0, micro_batch=2, seq_len=4096),
+            Row(F, D, "q15", 2, seq_len=4096, grad_ckpt=True),
+            Row(H, D, "q15", 3, micro_batch=2, seq_len=4096),
+            Row(H, D, "q15", 2, "lora", liger=False, packing=False),
+            Row(F, D, "q15", 3, "qlora", grad_ckpt=True),
+            Row(F, D, "q15", 0, "lora", micro_batch=2, seq_len=8192, grad_ckpt=True),
+            Row(H, P, "q15", 2, micro_batch=2, seq_len=4096, grad_ckpt=True),
+            Row(F, P, "q15", 3, "lora"),
+            Row(F, D, "g2b", 2, micro_batch=1),
+            Row(H, D, "g2b", 2, micro_batch=1, liger=False),
+            Row(H, D, "g2b", 3, "lora", grad_ckpt=True),
+            Row(F, D, "g2b", 2, "qlora", seq_len=4096, grad_ckpt=True),
+            Row(F, P, "g2b", 2, "lora", grad_ckpt=True),
+            Row(H, P, "g2b", 3, micro_batch=2, grad_ckpt=True),
+            Row(H, D, "q3", 2),
+            Row(F, D, "q3", 1, micro_batch=2, seq_len=4096, grad_ckpt=True, liger=False),
+            Row(H, D, "q3", 2, "lora", micro_batch=1, seq_len=16384, grad_ckpt=True),
+            Row(F, D, "q3", 3, micro_batch=1, seq_len=16384, grad_ckpt=True),
+            Row(F, P, "q3", 2, grad_ckpt=True),
+            Row(F, D, "l8b", 2, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True),
+            Row(H, D, "l8b", 3, "qlora", micro_batch=2, grad_ckpt=True),
+            Row(H, P, "l8b", 2, "lora", micro_batch=2, grad_ckpt=True),
+            Row(F, D, "l8b", 1, micro_batch=1, grad_ckpt=True, expect_oom=True),
+        ),
+    ),
+    "heldout-new-shapes": MemorySet(
+        about="Four shapes never measured before (Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-3B, "
+        "Mistral-7B-v0.3) and Gemma-2-2B at new settings; ZeRO 0-3 and no DeepSpeed, full/LoRA/"
+        "QLoRA under dojo's decoder-layer ZeRO-3 leaves, 512-16k tokens, one CPU-offload row, "
+        "one paged 8-bit optimizer row. Committed before any row ran and before the refit that "
+        "used the five-archs rows.",
+        committed="6c6b8b4 (3b26c0a added the expandable field, default off: no row changed)",
+        was="bench/matrix_rows_s4.py",
+        rows=(
+            Row(H, D, "q05", 0, seq_len=4096),
+            Row(H, D, "q05", 1, micro_batch=16, seq_len=512, optim="paged_adamw_8bit"),
+            Row(H, D, "q05", 3),
+            Row(H, D, "q05", 2, micro_batch=1, seq_len=4096, liger=False, packing=False),
+            Row(H, P, "q05", 2, micro_batch=2),
+            Row(H, P, "q05", -1, "lora", micro_batch=2),
+            Row(H, D, "q06", 2, micro_batch=1, seq_len=8192, grad_ckpt=True, liger=False),
+            Row(H, D, "q06", 3, "lora", seq_len=4096, grad_ckpt=True),
+            Row(H, D, "q06", 2, "qlora", micro_batch=1, seq_len=16384, grad_ckpt=True),
+            Row(H, P, "q06", 3, micro_batch=2),
+            Row(H, D, "q06", 2, grad_ckpt=True, offload="cpu"),
+            Row(H, D, "l3b", 3, micro_batch=2, seq_len=4096, grad_ckpt=True),
+            Row(H, D, "l3b", 2, "lora", micro_batch=2, packing=False),
+            Row(H, D, "l3b", 3, "qlora", seq_len=4096, grad_ckpt=True),
+            Row(H, D, "l3b", 0, "lora", micro_batch=1, seq_len=16384, grad_ckpt=True),
+            Row(H, P, "l3b", 2, "lora", micro_batch=2, grad_ckpt=True),
+            Row(H, P, "l3b", 3, "lora", grad_ckpt=True),
+            Row(H, D, "g2b", 3, micro_batch=1, seq_len=4096, grad_ckpt=True),
+            Row(H, D, "g2b", 3, "lora", micro_batch=2),
+            Row(H, D, "g2b", 1, "lora", micro_batch=1, seq_len=4096, grad_ckpt=True, liger=False),
+            Row(H, P, "g2b", -1, "lora", micro_batch=2, grad_ckpt=True),
+            Row(H, D, "m7b", 3, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True),
+            Row(H, D, "m7b", 3, "qlora", grad_ckpt=True, packing=False),
+            Row(H, P, "m7b", 2, "qlora", micro_batch=2, seq_len=4096, grad_ckpt=True),
+        ),
+    ),
+    "heldout-qwen3b-tinyllama": MemorySet(
+        about="Two new shapes (Qwen2.5-3B with qkv bias, TinyLlama-1.1B) and earlier shapes at "
+        "settings not run before; dojo's adapter buckets without overlap_comm at ZeRO-1/2 and "
+        "ZeRO-3 decoder-layer leaves.",
+        committed="d56277a",
+        was="bench/matrix_rows_s5.py",
+        rows=(
+            Row(H, D, "q3b", 2, micro_batch=1, seq_len=4096),
+            Row(H, D, "q3b", 3, "lora", micro_batch=2),
+            Row(H, D, "q3b", 2, "lora", packing=False),
+            Row(H, D, "q3b", 0, "qlora", micro_batch=2, seq_len=8192, grad_ckpt=True),
+            Row(H, P, "q3b", 2, "lora", micro_batch=2),
+            Row(H, D, "tl1b", 1, micro_batch=8, seq_len=1024),
+            Row(H, D, "tl1b", 2, grad_ckpt=True, liger=False, packing=False),
+            Row(H, D, "tl1b", 3),
+            Row(H, P, "tl1b", 3, grad_ckpt=True),
+            Row(H, P, "tl1b", 2),
+            Row(H, D, "q15", 2, "lora", seq_len=1024, liger=False),
+            Row(H, D, "q15", 2, grad_ckpt=True, offload="cpu"),
+            Row(H, P, "q15", 0, micro_batch=2),
+            Row(H, D, "q3", 3, micro_batch=2, seq_len=4096, grad_ckpt=True, liger=False),
+            Row(H, P, "q3", -1, "qlora", grad_ckpt=True),
+            Row(H, D, "g2b", 2, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True),
+            Row(H, P, "g2b", 3, "lora", micro_batch=2, grad_ckpt=True),
+            Row(H, D, "q06", 0, "lora", seq_len=4096),
+            Row(H, D, "q05", 3, "qlora", micro_batch=8, grad_ckpt=True),
+            Row(H, D, "l3b", 1, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True, liger=False),
+            Row(H, D, "m7b", 2, "lora", micro_batch=1, seq_len=8192, grad_ckpt=True),
+            Row(H, P, "m7b", -1, "lora", micro_batch=2, grad_ckpt=True),
+        ),
+    ),
+    "heldout-expandable": MemorySet(
+        about="PyTorch's expandable segments, never measured before (the estimate's reserve is 0 "
+        "there by design), including three earlier misses without Liger re-run under it; dojo's "
+        "ZeRO-3 sub_group_size 1e8 with the optimizer on the GPU; fresh default-allocator rows "
+        "of both systems.",
+        committed="fa51edf",
+        was="bench/matrix_rows_s6.py",
+        rows=(
+            Row(H, D, "l1b", 2, liger=False, expandable=True),
+            Row(H, D, "q15", 2, "lora", seq_len=1024, liger=False, expandable=True),
+            Row(H, D, "l3b", 1, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True, liger=False, expandable=True),
+            Row(H, D, "q3", 3, micro_batch=2, seq_len=4096, grad_ckpt=True, liger=False, expandable=True),
+            Row(H, D, "q3b", 2, micro_batch=1, seq_len=4096, expandable=True),
+            Row(H, D, "tl1b", 3, expandable=True),
+            Row(H, D, "g2b", 2, "lora", micro_batch=2, liger=False, expandable=True),
+            Row(H, D, "q05", 0, "qlora", seq_len=4096, grad_ckpt=True, expandable=True),
+            Row(H, D, "m7b", 3, "lora", micro_batch=2, grad_ckpt=True, expandable=True),
+            Row(H, D, "l3b", 3, micro_batch=1, seq_len=4096, grad_ckpt=True, expandable=True),
+            Row(H, D, "q06", 2, micro_batch=2, seq_len=8192, grad_ckpt=True, packing=False, expandable=True),
+            Row(H, D, "q15", 2, "lora", micro_batch=2, liger=False),
+            Row(H, D, "tl1b", 1, liger=False),
+            Row(H, D, "q3b", 3, "lora", micro_batch=2, grad_ckpt=True),
+            Row(H, D, "g2b", 3, micro_batch=1, grad_ckpt=True),
+            Row(H, D, "l1b", 0, "lora", micro_batch=8, seq_len=1024, liger=False),
+            Row(H, P, "l1b", 2),
+            Row(H, P, "q3b", 3, micro_batch=1, grad_ckpt=True),
+            Row(H, P, "tl1b", 2, "lora"),
+            Row(H, P, "q06", -1, "qlora", micro_batch=2, seq_len=4096, grad_ckpt=True),
+            Row(H, P, "m7b", 2, "lora", micro_batch=1, seq_len=4096, grad_ckpt=True),
+            Row(H, P, "q15", 3, "lora"),
+        ),
+    ),
+    "heldout-zero3-tile": MemorySet(
+        about="ZeRO-3 full fine-tuning under dojo's 1e8 sub-group tile on shapes whose embedding "
+        "is larger than the tile and on Mistral-7B's small one; dojo without Liger at micro-batch "
+        "1-8; the plain script at nearby settings; Liger rows as controls. Default allocator.",
+        committed="e84bf03",
+        was="bench/matrix_rows_s7.py",
+        rows=(
+            Row(H, D, "l1b", 3, micro_batch=2),
+            Row(H, D, "l3b", 3, micro_batch=2, grad_ckpt=True),
+            Row(H, D, "q15", 3, seq_len=1024, liger=False),
+            Row(H, D, "g2b", 3, micro_batch=2, grad_ckpt=True),
+            Row(H, D, "q3b", 3, micro_batch=1, seq_len=4096, grad_ckpt=True, liger=False),
+            Row(H, D, "tl1b", 3, micro_batch=8, seq_len=1024),
+            Row(H, P, "l3b", 3, micro_batch=2, grad_ckpt=True),
+            Row(H, P, "g2b", 3, micro_batch=1, grad_ckpt=True),
+            Row(H, D, "l1b", 2, "lora", micro_batch=1, seq_len=8192, liger=False),
+            Row(H, D, "l1b", 2, "lora", micro_batch=2, seq_len=4096, liger=False),
+            Row(H, D, "l1b", 2, "lora", micro_batch=8, seq_len=1024, liger=False),
+            Row(H, D, "q05", 1, micro_batch=2, seq_len=4096, liger=False),
+            Row(H, D, "q06", 0, "qlora", grad_ckpt=True, liger=False),
+            Row(H, D, "m7b", 2, "lora", grad_ckpt=True, liger=False),
+            Row(H, D, "q3", 2, grad_ckpt=True, liger=False),
+            Row(H, P, "l1b", 2, "lora", micro_batch=2, seq_len=4096),
+            Row(H, P, "q05", 1, micro_batch=2, seq_len=4096),
+            Row(H, P, "m7b", 2, "lora", grad_ckpt=True),
+            Row(H, P, "q3", -1, "lora"),
+            Row(H, D, "l1b", 2, "lora", micro_batch=2, seq_len=4096),
+            Row(H, D, "q3", 2, grad_ckpt=True),
+            Row(H, D, "q15", 0, "qlora", micro_batch=8, grad_ckpt=True),
+        ),
+    ),
+    "heldout-compile-allocators": MemorySet(
+        about="compile's auto (packed LoRA at ZeRO 0-2 without checkpointing, Liger off) on six "
+        "shapes; three repeats of measured rows (fit: whether the reserve repeats run to run); the "
+        "same three under expandable segments and under max_split_size_mb:256.",
+        committed="aa043f2",
+        was="bench/matrix_rows_s8.py",
+        rows=(
+            Row(H, D, "l1b", 2, "lora", liger=False, compile="on"),
+            Row(H, D, "q15", 2, "lora", micro_batch=2, seq_len=4096, liger=False, compile="on"),
+            Row(H, D, "g2b", 0, "lora", micro_batch=2, liger=False, compile="on"),
+            Row(H, D, "m7b", 2, "lora", micro_batch=2, seq_len=4096, liger=False, compile="on"),
+            Row(H, D, "l3b", 1, "lora", micro_batch=8, seq_len=1024, liger=False, compile="on"),
+            Row(H, D, "q06", 2, "lora", micro_batch=1, seq_len=8192, liger=False, compile="on"),
+            Row(F, D, "l1b", 2, "lora", micro_batch=1, seq_len=8192, liger=False),
+            Row(F, D, "l1b", 2, "lora", micro_batch=2, seq_len=4096, liger=False),
+            Row(F, D, "q15", 2, "lora", micro_batch=2, liger=False),
+            Row(H, D, "l1b", 2, "lora", micro_batch=1, seq_len=8192, liger=False, alloc=EXP),
+            Row(H, D, "l1b", 2, "lora", micro_batch=2, seq_len=4096, liger=False, alloc=EXP),
+            Row(H, D, "q15", 2, "lora", micro_batch=2, liger=False, alloc=EXP),
+            Row(H, D, "l1b", 2, "lora", micro_batch=1, seq_len=8192, liger=False, alloc=SPLIT),
+            Row(H, D, "l1b", 2, "lora", micro_batch=2, seq_len=4096, liger=False, alloc=SPLIT),
+            Row(H, D, "q15", 2, "lora", micro_batch=2, liger=False, alloc=SPLIT),
+            Row(H, D, "l1b", 2, liger=False, alloc=SPLIT),
+        ),
+    ),
+    "heldout-expandable-default": MemorySet(
+        about="dojo train's allocator default (expandable segments) with the estimate's 0.6-block "
+        "reserve without Liger: compile LoRA rows, ZeRO-3 LoRA and QLoRA with Liger, an unpacked "
+        "Liger full row, a micro-batch-1 full row without Liger, the plain script.",
+        committed="e3b6858",
+        was="bench/matrix_rows_s9.py",
+        rows=(
+            Row(H, D, "l1b", 2, "lora", liger=False, compile="on", alloc=EXP),
+            Row(H, D, "q15", 1, "lora", micro_batch=2, liger=False, compile="on", alloc=EXP),
+            Row(H, D, "q15", 2, micro_batch=2, seq_len=4096, grad_ckpt=True, packing=False, alloc=EXP),
+            Row(H, D, "l1b", 3, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "g2b", 1, "qlora", grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q06", 2, micro_batch=1, seq_len=8192, grad_ckpt=True, liger=False, alloc=EXP),
+            Row(H, P, "q15", 2, "lora", micro_batch=2),
+        ),
+    ),
+    "heldout-liger-expandable": MemorySet(
+        about="Full fine-tuning with Liger under expandable segments (the estimate's reserve 0 "
+        "there); earlier default-allocator misses under dojo's default; compile LoRA on three "
+        "more shapes; two rows an earlier call's limit cut; the plain script.",
+        committed="342496c",
+        was="bench/matrix_rows_s10.py",
+        rows=(
+            Row(H, D, "m7b", 2, "lora", micro_batch=2, seq_len=4096, liger=False, compile="on", alloc=EXP),
+            Row(H, D, "q15", 1, "lora", micro_batch=2, liger=False, compile="on", alloc=EXP),
+            Row(H, P, "q15", 2, "lora", micro_batch=2),
+            Row(H, D, "l1b", 2, alloc=EXP),
+            Row(H, D, "q06", 2, micro_batch=2, seq_len=4096, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "l3b", 3, micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "g2b", 2, micro_batch=1, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3", 2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q05", 1, micro_batch=2, seq_len=4096, liger=False, alloc=EXP),
+            Row(H, D, "q06", 0, "qlora", grad_ckpt=True, liger=False, alloc=EXP),
+            Row(H, D, "l3b", 1, "lora", micro_batch=8, seq_len=1024, liger=False, compile="on", alloc=EXP),
+            Row(H, D, "g2b", 0, "lora", micro_batch=2, liger=False, compile="on", alloc=EXP),
+            Row(H, P, "l1b", 2),
+            Row(H, P, "m7b", 2, "lora", grad_ckpt=True),
+        ),
+    ),
+    "heldout-compile-qlora-varlen": MemorySet(
+        about="QLoRA and checkpointed LoRA with compile (then the adapters' default); --attn "
+        "sdpa_varlen full and LoRA (estimated like FlashAttention-2); full fine-tuning with Liger "
+        "under expandable segments on two more shapes; the plain script.",
+        committed="2987c7c",
+        was="bench/matrix_rows_s11.py",
+        rows=(
+            Row(H, D, "m7b", 2, "qlora", micro_batch=2, seq_len=4096, grad_ckpt=True, liger=False, compile="on", alloc=EXP),
+            Row(H, D, "l1b", 2, "qlora", grad_ckpt=True, liger=False, compile="on", alloc=EXP),
+            Row(H, D, "q15", 0, "qlora", grad_ckpt=True, liger=False, compile="on", alloc=EXP),
+            Row(H, D, "l3b", 2, "lora", seq_len=4096, grad_ckpt=True, liger=False, compile="on", alloc=EXP),
+            Row(H, D, "l1b", 2, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "q15", 2, "lora", micro_batch=2, seq_len=4096, liger=False, compile="on", alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "q06", 3, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3", 2, micro_batch=2, alloc=EXP),
+            Row(H, P, "q06", 2, micro_batch=2, seq_len=4096),
+            Row(H, P, "l3b", 2, "lora"),
+        ),
+    ),
+    "heldout-fused-loss": MemorySet(
+        about="compile with Liger's fused loss alone (the adapters' default) on four shapes at "
+        "ZeRO 0-2; sdpa_varlen full fine-tuning at ZeRO 1-2; ZeRO-1/2's first-step fp64 "
+        "gradient-norm copy where it is large (Gemma-2-2B, Qwen2.5-3B); the plain script. Each "
+        "row names its attention and Liger mode.",
+        committed="23d0431",
+        was="bench/matrix_rows_s12.py",
+        rows=(
+            Row(H, D, "m7b", 0, "qlora", micro_batch=1, seq_len=4096, grad_ckpt=True, compile="on", alloc=EXP, attn="sdpa", liger_loss=True),
+            Row(H, D, "q15", 2, "qlora", grad_ckpt=True, compile="on", alloc=EXP, attn="sdpa", liger_loss=True),
+            Row(H, D, "l3b", 2, "lora", micro_batch=2, seq_len=4096, compile="on", alloc=EXP, attn="sdpa", liger_loss=True),
+            Row(H, D, "q06", 1, "lora", grad_ckpt=True, compile="on", alloc=EXP, attn="sdpa", liger_loss=True),
+            Row(H, D, "q3b", 2, micro_batch=1, seq_len=4096, grad_ckpt=True, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "tl1b", 1, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "l1b", 2, micro_batch=2, seq_len=4096, grad_ckpt=True, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "q3", 2, seq_len=1024, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "g2b", 1, micro_batch=1, seq_len=4096, grad_ckpt=True, alloc=EXP, attn="sdpa"),
+            Row(H, P, "q3b", 2, "lora", micro_batch=2),
+            Row(H, P, "tl1b", 3, micro_batch=2, grad_ckpt=True),
+        ),
+    ),
+    "heldout-step-pages": MemorySet(
+        about="ZeRO-1/2's step under expandable segments keeping the backward's freed pages "
+        "(full fine-tuning without checkpointing, kept activations against the fp32 upcast); the "
+        "plain script where older sets missed over; adapters at ZeRO-3; Gemma-2 LoRA with the "
+        "fused loss.",
+        committed="daed1c6",
+        was="bench/matrix_rows_s13.py",
+        rows=(
+            Row(H, D, "m7b", 3, "qlora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "l3b", 3, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3", 2, micro_batch=1, seq_len=4096, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "q15", 1, micro_batch=1, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "l3b", 2, micro_batch=1, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "q06", 2, micro_batch=8, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "g2b", 2, "lora", micro_batch=2, seq_len=4096, compile="on", alloc=EXP, attn="sdpa", liger_loss=True),
+            Row(H, P, "l1b", 3, micro_batch=2),
+            Row(H, P, "q15", 2, micro_batch=1, seq_len=4096, grad_ckpt=True),
+            Row(H, P, "q06", 2),
+            Row(H, P, "q3", 3, "lora", grad_ckpt=True),
+        ),
+    ),
+    "heldout-qk-norms": MemorySet(
+        about="Qwen3's q_norm and k_norm keeping their inputs (6 / 4 / 2 B per value for HF's "
+        "norm with a training weight / a frozen one / Liger's or a compiled norm), one row of each "
+        "kind, peak in the activations.",
+        committed="71b9212",
+        was="bench/matrix_rows_s14.py",
+        rows=(
+            Row(H, P, "q3", 2, "lora", micro_batch=2),
+            Row(H, D, "q06", 2, "lora", alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "q06", 1, micro_batch=2, liger=False, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, P, "q06", 3, "lora", micro_batch=2),
+        ),
+    ),
+    "heldout-zero3-nockpt": MemorySet(
+        about="ZeRO-3 without checkpointing: full with and without Liger's layer kernels, LoRA "
+        "(DeepSpeed's linear keeps the frozen inputs) for dojo and the plain script, QLoRA (no "
+        "frozen input kept); Liger's q/k norms with adapters; the step pages far from their "
+        "threshold; Llama-3.1-8B LoRA with compile and the fused loss; Gemma-2-2B under eager "
+        "attention; the plain-script row the qk-norms set's call cut. Judge against dc36bc7.",
+        committed="6b40e45 (9 rows); bdfe86f (+2 LoRA ZeRO-3 rows); e7c0113 (+1 QLoRA ZeRO-3 "
+        "row); dc36bc7 (+2 Gemma-2 rows): each before the set ran",
+        was="bench/matrix_rows_s15.py",
+        rows=(
+            Row(H, D, "l8b", 2, "lora", micro_batch=2, grad_ckpt=True, compile="on", alloc=EXP, attn="sdpa", liger_loss=True),
+            Row(H, P, "q06", 3, "lora", micro_batch=2),
+            Row(H, D, "q06", 0, "lora", micro_batch=2, seq_len=4096, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "q3", 2, "lora", micro_batch=2, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "q3", 2, "qlora", alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "tl1b", 3, micro_batch=2, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "tl1b", 3, micro_batch=2, liger=False, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "q15", 3, "lora", micro_batch=2, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, P, "l1b", 3, "lora", micro_batch=2),
+            Row(H, D, "l3b", 3, "qlora", alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "l1b", 2, micro_batch=1, seq_len=1024, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "q06", 2, seq_len=4096, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "g2b", 2, "lora", micro_batch=1, alloc=EXP, attn="eager"),
+            Row(H, D, "g2b", 2, micro_batch=1, liger=False, alloc=EXP, attn="eager"),
+        ),
+    ),
+    "heldout-plain-full": MemorySet(
+        about="The classes weakest in-sample: the plain script's full fine-tuning under PyTorch's "
+        "default allocator at ZeRO-1/2/3 with and without checkpointing, dojo's full fine-tuning "
+        "at ZeRO-1/2 without checkpointing (the step's pages), and three settings not measured "
+        "before (Gemma-2 full ZeRO-3 under eager attention, Mistral-7B LoRA without checkpointing, "
+        "Qwen3 LoRA at 16k tokens). Estimator unchanged since dc36bc7.",
+        committed="3038582",
+        was="bench/matrix_rows_s16.py",
+        rows=(
+            Row(H, D, "m7b", 2, "lora", micro_batch=1, alloc=EXP, attn="sdpa"),
+            Row(H, D, "l3b", 1, micro_batch=1, seq_len=1024, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, P, "tl1b", 2, micro_batch=2, grad_ckpt=True),
+            Row(H, P, "l1b", 1, micro_batch=2),
+            Row(H, P, "q15", 3, micro_batch=2, grad_ckpt=True),
+            Row(H, P, "q06", 3),
+            Row(H, D, "q3", 1, micro_batch=2, seq_len=1024, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "tl1b", 2, seq_len=1024, alloc=EXP, attn="sdpa_varlen"),
+            Row(H, D, "g2b", 3, micro_batch=1, alloc=EXP, attn="eager"),
+            Row(H, D, "q3", 2, "lora", micro_batch=1, seq_len=16384, grad_ckpt=True, alloc=EXP, attn="sdpa_varlen"),
+        ),
+    ),
+}
+# fmt: on
+
+
+@dataclass(frozen=True)
+class Case:
+    """One speed row: a setting every system of the row trains, on one dataset."""
+
+    shape: str  # a SHAPES key
+    method: str  # full | lora | qlora
+    zero: int  # ZeRO stage of the plain script, dojo and trl-ds
+    micro_batch: int  # rows per step: packed rows (dojo, trl), padded samples (plain)
+    seq_len: int  # max tokens per sample, and per packed row
+    grad_ckpt: bool
+    data: str  # "mix" | "longtail" | "fixed" (bench/workload.py)
+    systems: tuple[str, ...]  # "plain" first: every ratio is to it
+
+
+VARIANTS: tuple[str, ...] = (
+    "--compile off",
+    "--compile on",
+    "--liger off",
+    "--liger loss",
+    "--attn sdpa",
+    "--zero 0",  # one GPU: no DeepSpeed sharding to pay for
+)
+"""dojo's variants, each tried against dojo's defaults on every row of the peer set: a variant
+that resolves to the same run as the defaults (e.g. --compile on where compile's auto is on
+already) is skipped by bench/speed.py, since it is the same run."""
+
+_PEER = ("plain", "trl", "dojo")
+_PEER_FULL = ("plain", "trl", "trl-ds", "dojo")  # full fine-tuning: TRL users reach for DeepSpeed
+_VARIANT = ("plain", "dojo", *(f"dojo {v}" for v in VARIANTS))
+
+SPEED_SETS: dict[str, dict[str, Case]] = {
+    # The realistic mix (bench/workload.py: log-normal lengths, median 350 words), one H200, in the
+    # order rows are kept when a GPU call's time runs short (the last is dropped first).
+    # 1b-full is the old T6 case on the same data.
+    "peer": {
+        "1b-full": Case("l1b", "full", 2, 4, 2048, False, "mix", _PEER_FULL),
+        "1b-lora": Case("l1b", "lora", 2, 4, 2048, False, "mix", _PEER),
+        "1b-qlora": Case("l1b", "qlora", 2, 4, 2048, False, "mix", _PEER),
+        "8b-lora-ckpt": Case("l8b", "lora", 2, 4, 2048, True, "mix", _PEER),
+        "7b-full-z3-ckpt": Case("l7b", "full", 3, 2, 2048, True, "mix", _PEER_FULL),
+        "8b-qlora-ckpt": Case("l8b", "qlora", 2, 4, 2048, True, "mix", _PEER),
+        # a few 8k-16k samples among short ones; the plain script trains one sample a step
+        "1b-lora-longtail": Case("l1b", "lora", 2, 1, 16384, True, "longtail", _PEER),
+    },
+    # The same rows: dojo's defaults against each variant (and the plain script, for the ratio).
+    "peer-variants": {},
+    # Fixed-length rows (every sample longer than seq_len, truncated: no padding, one sample per
+    # row): the secondary table. The old cases T1-T5 and T7, by those names in git history.
+    "fixed": {
+        "1b-full-z2": Case("l1b", "full", 2, 4, 2048, False, "fixed", _PEER_FULL),  # T1
+        "1b-full-z3": Case(
+            "l1b", "full", 3, 4, 2048, False, "fixed", ("plain", "trl-ds", "dojo")
+        ),  # T2
+        "1b-lora-z2": Case("l1b", "lora", 2, 4, 2048, False, "fixed", _PEER),  # T3
+        "1b-lora-z3": Case(
+            "l1b", "lora", 3, 4, 2048, False, "fixed", ("plain", "trl-ds", "dojo")
+        ),  # T4
+        "1b-qlora-z2-ckpt": Case("l1b", "qlora", 2, 4, 2048, True, "fixed", _PEER),  # T5
+        "7b-full-z3-ckpt": Case("l7b", "full", 3, 2, 2048, True, "fixed", _PEER_FULL),  # T7
+    },
+}
+SPEED_SETS["peer-variants"] = {
+    name: Case(c.shape, c.method, c.zero, c.micro_batch, c.seq_len, c.grad_ckpt, c.data, _VARIANT)
+    for name, c in SPEED_SETS["peer"].items()
+}

@@ -1,0 +1,551 @@
+"""Speed benchmark: every system of a set's rows (bench/rows.py), alternating, in one GPU call.
+
+    python bench/speed.py --set peer --dry-run                       # CPU: the plan and its cost
+    python3 bench/speed.py --set peer --out FILE [--only ROW ...]    # GPU (bash bench/gpu.sh speed)
+
+Systems: "plain" (bench/baseline_trainer.py: HF Trainer + DeepSpeed, no packing), "trl" and
+"trl-ds" (bench/trl_sft.py: TRL's SFTTrainer with its speed settings, without and with the plain
+script's DeepSpeed JSON), "dojo" (`dojo train` with its defaults and --packing) and "dojo FLAGS"
+(dojo's variants). A variant that resolves to the same run as dojo's defaults (`dojo estimate
+--json`'s resolved run, compared whole) is left out: it is the same run.
+
+Method: with --warmup, each system of a row runs once first (--warmup-steps steps, not
+recorded), so no system's first recorded run pays the machine's cold caches (Triton, Inductor,
+cuDNN's per-shape kernels); then --repeats rounds of every system in the row's order, so each
+system alternates with the others; report.py takes each system's median and divides by the plain
+script's median of the same row in the same call. Every run: real (non-padding) tokens/s after
+step 1 and per 10-step window (bench/steps.py: a later window slower than the first means the
+run recompiles), MFU, torch's peaks after step 1, nvidia-smi's peak for the GPU, the logged losses.
+
+GPUs: with one GPU every run is sequential. With several (--gpus 0,1,...), each row runs on one
+GPU, its systems alternating there (the default); with --spread the systems of one round run at
+once on different GPUs (round r puts system i on the r-th next free GPU), for rows too long for
+one GPU in one call. Rows start in the set's order (its keep order), each only if its estimated cost
+fits before --limit-s; a row that does not is dropped and the next one is tried.
+The plan (--dry-run) is the same scheduler on the estimated durations.
+"""
+
+import argparse
+import heapq
+import json
+import os
+import queue
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(BENCH))
+
+from rows import SPEED_SETS, Case  # noqa: E402
+from steps import rates  # noqa: E402
+from workload import speed_data, write_config  # noqa: E402
+
+PEAK_BF16 = 989e12
+"""H200 SXM dense bf16 FLOP/s (NVIDIA datasheet; the same Hopper tensor cores as the H100)."""
+LOG_STEPS = 10
+"""Every system logs (and so sums its token count) every 10 steps: bench/steps.py's windows."""
+
+# Cost model of one run on the H200, seconds (the plan and the limit's drop rule use it).
+# Start-up: a 1B run of 40 steps took about 60 s in the earlier calls (9 runs in 560 s, 40 steps of
+# 0.2-0.35 s each): about 45 s before step 1; 7B full ZeRO-3 with checkpointing 3 runs of 30 steps
+# in 185 s; the 8B memory rows 56-60 s for 3 steps, 110-124 s with compile.
+STARTUP_S = {"l1b": 45.0, "l7b": 50.0, "l8b": 60.0}
+COMPILE_S = {"l1b": 25.0, "l7b": 60.0, "l8b": 60.0}
+"""Regional compile's first step, dojo runs whose resolved run compiles."""
+TRL_PREP_S = 15.0
+"""TRL tokenizes and packs the data in every run (3,000 chats)."""
+PREP_S = {"l1b": 10.0, "l7b": 30.0, "l8b": 35.0}
+"""Making a shape's random weights once per call, before the first run (the 8B memory call: 20 s
+to write them)."""
+STEP_S = {("l1b", False): 0.3, ("l1b", True): 0.6, ("l7b", True): 1.0, ("l8b", True): 1.8}
+"""Seconds a step, by shape and checkpointing: the slowest system's (the plain script's)."""
+
+
+@dataclass
+class Run:
+    row: str
+    system: str
+    rep: int  # -1 = the warm-up
+    steps: int
+    est_s: float
+
+
+@dataclass
+class RowPlan:
+    name: str
+    case: Case
+    systems: list[str]
+    skipped: dict[str, str]  # variant -> why it does not run
+    waves: list[list[Run]]  # the warm-up (if any), then one wave per round
+    width: int  # GPUs the row holds while it runs: 1, or one per system with --spread
+    gpus: list[int] = field(default_factory=list)
+    dropped: str = ""
+
+    def assign(self, wave: int) -> list[tuple[Run, int]]:
+        """Each run of a wave with its GPU slot: system i of round r on slot (i + r) mod width,
+        so with --spread every system moves to another GPU each round."""
+        return [(r, (i + wave) % self.width) for i, r in enumerate(self.waves[wave])]
+
+    def wave_s(self, wave: int) -> float:
+        """A wave's estimated duration: the busiest slot's runs, one after another."""
+        per = [0.0] * self.width
+        for r, slot in self.assign(wave):
+            per[slot] += r.est_s
+        return max(per)
+
+    def cost_s(self) -> float:
+        return sum(self.wave_s(w) for w in range(len(self.waves)))
+
+
+def dojo_variant_flags(system: str) -> list[str]:
+    """ "dojo --compile off" -> ["--compile", "off"]."""
+    return shlex.split(system)[1:]
+
+
+def merge_flags(base: list[str], extra: list[str]) -> list[str]:
+    """base with extra's flags: a flag already in base gets extra's value, others are appended."""
+    out = list(base)
+    i = 0
+    while i < len(extra):
+        flag = extra[i]
+        has_value = i + 1 < len(extra) and not extra[i + 1].startswith("--")
+        value = [extra[i + 1]] if has_value else []
+        if flag in out and has_value:
+            out[out.index(flag) + 1] = value[0]
+        else:
+            out += [flag, *value]
+        i += 1 + len(value)
+    return out
+
+
+def dojo_settings(case: Case, system: str) -> list[str]:
+    """A dojo system's setting flags (train and estimate): the row's, then the variant's."""
+    base = [
+        "--method", case.method, "--zero", str(case.zero), "--micro-batch", str(case.micro_batch),
+        "--seq-len", str(case.seq_len), "--packing",
+        "--grad-ckpt" if case.grad_ckpt else "--no-grad-ckpt",
+    ]  # fmt: skip
+    return merge_flags(base, dojo_variant_flags(system))
+
+
+def resolved(model: Path, flags: list[str]) -> dict[str, Any]:
+    """The run dojo would launch with these flags (`dojo estimate --json`'s resolved run), less
+    what describes the machine rather than the run, and the estimate's verdict on the H200."""
+    from memory import H200_GIB, HOST_GIB, dojo_cli
+
+    argv = ["estimate", "--model", str(model), *flags, "--gpu-memory", f"{H200_GIB:.3f}",
+            "--cpu-memory", f"{HOST_GIB:.3f}", "--json"]  # fmt: skip
+    doc = json.loads(dojo_cli(argv))
+    run = dict((doc.get("runs") or [{}])[0])
+    for k in ("assumed", "machine", "machine_assumed"):
+        run.pop(k, None)
+    run["_verdict"] = doc["rows"][0]["verdict"]
+    return run
+
+
+def systems_of(case: Case, model: Path) -> tuple[list[str], dict[str, str]]:
+    """The row's systems, less dojo variants that resolve to dojo's defaults."""
+    keep, skipped = [], {}
+    base: dict[str, Any] | None = None
+    for s in case.systems:
+        if not s.startswith("dojo "):
+            keep.append(s)
+            continue
+        if base is None:
+            base = resolved(model, dojo_settings(case, "dojo"))
+        run = resolved(model, dojo_settings(case, s))
+        if run == base:
+            skipped[s] = "the same run as dojo's defaults"
+        elif run["_verdict"] == "does not fit":
+            skipped[s] = "dojo estimate: does not fit on the H200"
+        else:
+            keep.append(s)
+    return keep, skipped
+
+
+def compiles(case: Case, system: str, model: Path) -> bool:
+    if not system.startswith("dojo"):
+        return False
+    kernels = resolved(model, dojo_settings(case, system)).get("kernels") or {}
+    return kernels.get("compile") == "on"
+
+
+def cost_s(case: Case, system: str, steps: int, compile_on: bool) -> float:
+    s = STARTUP_S.get(case.shape, 60.0) + steps * STEP_S.get((case.shape, case.grad_ckpt), 1.0)
+    if case.data == "longtail":
+        s += steps * 0.5  # 16k-token rows
+    if compile_on:
+        s += COMPILE_S.get(case.shape, 60.0)
+    if system.startswith("trl"):
+        s += TRL_PREP_S
+    return s
+
+
+def plan_rows(a: argparse.Namespace, work: Path) -> list[RowPlan]:
+    cases = SPEED_SETS[a.set]
+    unknown = set(a.only or []) - set(cases)
+    if unknown:
+        raise SystemExit(f"no such row in {a.set}: {', '.join(sorted(unknown))}")
+    plans = []
+    for name, case in cases.items():
+        if a.only and name not in a.only:
+            continue
+        model = write_config(case.shape, work)
+        systems, skipped = systems_of(case, model)
+        if a.systems:
+            systems = [s for s in systems if s in a.systems]
+        comp = {s: compiles(case, s, model) for s in systems}
+
+        def run(
+            s: str,
+            rep: int,
+            steps: int,
+            name: str = name,
+            case: Case = case,
+            comp: dict[str, bool] = comp,
+        ) -> Run:
+            return Run(name, s, rep, steps, cost_s(case, s, steps, comp[s]))
+
+        waves = [[run(s, -1, a.warmup_steps) for s in systems]] if a.warmup else []
+        waves += [[run(s, rep, a.steps) for s in systems] for rep in range(a.repeats)]
+        width = min(len(systems), len(a.gpu_ids)) if a.spread else 1
+        plans.append(RowPlan(name, case, systems, skipped, waves, max(width, 1)))
+    return plans
+
+
+def schedule(plans: list[RowPlan], gpus: list[int], limit_s: float, start: Any, wait: Any,
+             clock: Any) -> None:  # fmt: skip
+    """Start rows in the set's order while GPUs are free: a row takes `width` GPUs until it is
+    done, and starts only if its estimated cost fits before limit_s (clock() = seconds since
+    the call began); a row that does not fit is dropped. start(plan) runs a row (its waves in
+    order, each wave's runs at once on the row's GPUs); wait() returns a finished plan."""
+    free = list(gpus)
+    running = 0
+    todo = list(plans)
+    while todo or running:
+        for p in list(todo):
+            if len(free) < p.width:
+                break  # keep the order: the next row waits for enough GPUs
+            todo.remove(p)
+            if clock() + p.cost_s() > limit_s:
+                p.dropped = f"its estimated {p.cost_s():.0f} s do not fit the time left"
+                continue
+            p.gpus, free = free[: p.width], free[p.width :]
+            running += 1
+            start(p)
+        if not running:
+            for p in todo:  # wider than the machine
+                p.dropped = f"needs {p.width} GPUs"
+            return
+        done = wait()
+        running -= 1
+        free += done.gpus
+
+
+def simulate(plans: list[RowPlan], gpus: list[int], limit_s: float, setup_s: float = 0.0) -> float:
+    """The scheduler on the estimated durations, after setup_s of weights: the makespan (s)."""
+    heap: list[tuple[float, str, RowPlan]] = []
+    now = [setup_s]
+
+    def start(p: RowPlan) -> None:
+        heapq.heappush(heap, (now[0] + p.cost_s(), p.name, p))
+
+    def wait() -> RowPlan:
+        t, _, p = heapq.heappop(heap)
+        now[0] = t
+        return p
+
+    schedule(plans, gpus, limit_s, start, wait, lambda: now[0])
+    return now[0]
+
+
+# ------------------------------------------------------------------------------ running on the GPU
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def command(case: Case, system: str, model: Path, data: Path, out: Path, steps: int, gpu: int,
+            work: Path) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+    """argv and extra environment of one run of `system` on GPU `gpu`."""
+    common = ["--model", str(model), "--data", str(data), "--out", str(out),
+              "--seq-len", str(case.seq_len), "--micro-batch", str(case.micro_batch),
+              "--max-steps", str(steps), "--method", case.method,
+              *(["--grad-ckpt"] if case.grad_ckpt else [])]  # fmt: skip
+    launcher = [sys.executable, "-m", "deepspeed.launcher.runner", "--include",
+                f"localhost:{gpu}", "--master_port", str(free_port())]  # fmt: skip
+    if system == "plain":
+        script = str(BENCH / "baseline_trainer.py")
+        return [*launcher, script, *common, "--zero", str(case.zero)], {}
+    if system == "trl":
+        return [sys.executable, str(BENCH / "trl_sft.py"), *common], {
+            "CUDA_VISIBLE_DEVICES": str(gpu)
+        }
+    if system == "trl-ds":  # the plain script's JSON, written once by write_ds_configs
+        ds = work / f"ds-zero{case.zero}.json"
+        return [*launcher, str(BENCH / "trl_sft.py"), *common, "--deepspeed", str(ds)], {}
+    hook = str(BENCH / "hook")
+    argv = [
+        sys.executable, "-m", "dojo", "train", "--gpus", str(gpu), "--model", str(model),
+        "--data", str(data), "--template", "chatml", *dojo_settings(case, system),
+        "--max-steps", str(steps), "--save-steps", "0", "--no-save-model",
+        "--logging-steps", str(LOG_STEPS), "--report-to", "none",
+        "--output-dir", str(out), "--force",
+    ]  # fmt: skip
+    return argv, {"PYTHONPATH": f"{hook}:{os.environ.get('PYTHONPATH', '')}"}
+
+
+def write_ds_configs(work: Path) -> None:
+    """work/ds-zeroN.json: bench/baseline_trainer.py's DeepSpeed JSONs, for trl-ds (once, before
+    runs start at once on several GPUs)."""
+    from baseline_trainer import ds_config
+
+    for zero in (0, 1, 2, 3):
+        (work / f"ds-zero{zero}.json").write_text(json.dumps(ds_config(zero, "none", {}), indent=1))
+
+
+class GpuPeak(threading.Thread):
+    """nvidia-smi memory.used of each GPU every 0.2 s; peak() since the last reset(gpu)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peaks: dict[int, float] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        q = ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+        while not self.stop.is_set():
+            out = subprocess.run(q, capture_output=True, text=True).stdout
+            with self.lock:
+                for line in out.splitlines():
+                    try:
+                        i, mib = (x.strip() for x in line.split(","))
+                        self.peaks[int(i)] = max(self.peaks.get(int(i), 0.0), float(mib))
+                    except ValueError:
+                        continue
+            self.stop.wait(0.2)
+
+    def reset(self, gpu: int) -> None:
+        with self.lock:
+            self.peaks[gpu] = 0.0
+
+    def peak_gib(self, gpu: int) -> float:
+        with self.lock:
+            return round(self.peaks.get(gpu, 0.0) / 1024, 2)
+
+
+def attention_length(data: Path, seq_len: int, tokenizer: Path) -> float:
+    """Token-weighted mean sample length T (truncated at seq_len): the attention term of MFU."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
+    lens = []
+    for line in data.read_text().splitlines():
+        msgs = json.loads(line)["messages"]
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
+        lens.append(min(seq_len, len(tok.encode(text).ids)))
+    return sum(n * n for n in lens) / max(sum(lens), 1)
+
+
+def measure(run: Run, case: Case, model: Path, data: Path, gpu: int, work: Path,
+            smi: GpuPeak, t_eff: float) -> dict[str, Any]:  # fmt: skip
+    """One run: its command, the step log it leaves, its rates and peaks."""
+    tag = f"{run.row}-{run.system.replace(' ', '').replace('-', '')}-{run.rep}".replace("--", "")
+    out = work / f"run-{tag}"
+    log_file = work / f"steps-{tag}.json"
+    log_file.unlink(missing_ok=True)
+    argv, env = command(case, run.system, model, data, out, run.steps, gpu, work)
+    smi.reset(gpu)
+    t0 = time.monotonic()
+    p = subprocess.run(argv, capture_output=True, text=True,
+                       env={**os.environ, **env, "BENCH_STEPLOG": str(log_file)})  # fmt: skip
+    (work / f"{tag}.log").write_text(p.stdout + p.stderr)
+    steplog = json.loads(log_file.read_text()) if log_file.exists() else {}
+    r = rates(steplog)
+    from dojo.modelspec import resolve_model
+
+    spec = resolve_model(str(model / "config.json"))
+    tps = r["tokens_per_s"] or 0
+    flops = 6 * spec.params + 12 * spec.num_layers * spec.hidden_size * t_eff
+    return {
+        "row": run.row,
+        "system": run.system,
+        "rep": run.rep,
+        "gpu": gpu,
+        "rc": p.returncode,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "tokens_per_s": r["tokens_per_s"],
+        "windows": r["windows"],
+        "step_ms": r.get("step_ms"),
+        "tokens_per_step": r["tokens_per_step"],
+        "mfu": round(tps * flops / PEAK_BF16, 4) if tps else None,
+        "peak_alloc_gib": steplog.get("peak_alloc_gib"),
+        "peak_reserved_gib": steplog.get("peak_reserved_gib"),
+        "smi_peak_gib": smi.peak_gib(gpu),
+        "losses": steplog.get("losses", {}),
+        "command": " ".join(shlex.quote(x) for x in argv),
+        "tail": "" if p.returncode == 0 else (p.stdout + p.stderr)[-2000:],
+    }
+
+
+def git_commit() -> str | None:
+    p = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                       capture_output=True, text=True)  # fmt: skip
+    return (p.stdout.strip() or None) if p.returncode == 0 else None
+
+
+def run_gpu(a: argparse.Namespace, plans: list[RowPlan], gpus: list[int], work: Path) -> None:
+    data = speed_data(work)
+    write_ds_configs(work)
+    # weights in a child process: this one never makes a CUDA context on a GPU the runs use
+    shapes = sorted({p.case.shape for p in plans})
+    subprocess.run([sys.executable, str(BENCH / "workload.py"), "--work", str(work), *shapes],
+                   check=True)  # fmt: skip
+    models = {s: work / f"model-{s}" for s in shapes}
+    t_eff: dict[tuple[str, int], float] = {}
+    for p in plans:
+        key = (p.case.data, p.case.seq_len)
+        if key not in t_eff:
+            t_eff[key] = attention_length(data[p.case.data], p.case.seq_len, models[p.case.shape])
+    smi = GpuPeak()
+    smi.start()
+    done: queue.Queue[RowPlan] = queue.Queue()
+    call = {"commit": git_commit(), "command": a.command, "gpus": gpus, "spread": a.spread,
+            "steps": a.steps, "repeats": a.repeats, "warmup_steps": a.warmup_steps if a.warmup else 0,
+            "skipped": {}, "dropped": {}, "warmups": [], "runs": []}  # fmt: skip
+    doc = {"benchmark": "speed", "set": a.set, "calls": [call]}
+    lock = threading.Lock()
+
+    def one(r: Run, gpu: int, p: RowPlan) -> None:
+        res = measure(r, p.case, models[p.case.shape], data[p.case.data], gpu, work, smi,
+                      t_eff[(p.case.data, p.case.seq_len)])  # fmt: skip
+        with lock:
+            call["warmups" if r.rep < 0 else "runs"].append(res)
+            call["skipped"] = {q.name: q.skipped for q in plans if q.skipped}
+            call["dropped"] = {q.name: q.dropped for q in plans if q.dropped}
+            Path(a.out).write_text(json.dumps(doc, indent=1))
+        short = {k: v for k, v in res.items() if k not in ("tail", "command", "losses")}
+        print(json.dumps(short), flush=True)
+        if res["rc"]:
+            print(res["tail"][-1500:], flush=True)
+
+    def row(p: RowPlan) -> None:
+        """The row's waves in order; a wave's runs at once, one slot (GPU) each, a slot's runs
+        one after another."""
+        for w in range(len(p.waves)):
+            slots: dict[int, list[Run]] = {}
+            for r, slot in p.assign(w):
+                slots.setdefault(slot, []).append(r)
+
+            def lane(runs: list[Run], gpu: int) -> None:
+                for r in runs:
+                    one(r, gpu, p)
+
+            threads = [threading.Thread(target=lane, args=(runs, p.gpus[slot]))
+                       for slot, runs in slots.items()]  # fmt: skip
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        done.put(p)
+
+    def start(p: RowPlan) -> None:
+        threading.Thread(target=row, args=(p,), daemon=True).start()
+
+    schedule(plans, gpus, a.limit_s, start, done.get, lambda: time.monotonic() - a.t0)
+    call["dropped"] = {q.name: q.dropped for q in plans if q.dropped}
+    Path(a.out).write_text(json.dumps(doc, indent=1))
+    smi.stop.set()
+
+
+def print_plan(a: argparse.Namespace, plans: list[RowPlan], gpus: list[int]) -> None:
+    print(f"speed set {a.set}: {len(plans)} rows, {a.repeats} rounds of {a.steps} steps"
+          + (f" after a {a.warmup_steps}-step warm-up of each system" if a.warmup else "")
+          + f", GPUs {gpus}{' (spread)' if a.spread else ''}, limit {a.limit_s:.0f} s\n")  # fmt: skip
+    print("| row | systems | runs | est. s, one GPU | est. s, as run | left out |")
+    print("|---|---|---|---|---|---|")
+    for p in plans:
+        runs = sum(len(w) for w in p.waves)
+        one = sum(r.est_s for w in p.waves for r in w)
+        left = "; ".join(f"{s}: {why}" for s, why in p.skipped.items())
+        print(
+            f"| {p.name} | {', '.join(p.systems)} | {runs} | {one:.0f} | {p.cost_s():.0f} | {left} |"
+        )
+    sims = [RowPlan(p.name, p.case, p.systems, p.skipped, p.waves, p.width) for p in plans]
+    setup = sum(PREP_S.get(shape, 35.0) for shape in {p.case.shape for p in plans})
+    span = simulate(sims, gpus, a.limit_s, setup)
+    kept = [p.name for p in sims if not p.dropped]
+    print(f"\nestimated: {span:.0f} s on {len(gpus)} GPU(s); runs {', '.join(kept) or 'nothing'}")
+    for p in sims:
+        if p.dropped:
+            print(f"dropped {p.name}: {p.dropped}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--set", required=True, choices=sorted(SPEED_SETS))
+    ap.add_argument("--only", nargs="*", help="rows of the set (default: all, in its order)")
+    ap.add_argument("--systems", nargs="*", help="only these systems (e.g. plain dojo)")
+    ap.add_argument("--out", help="result file (GPU runs)")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--warmup", action="store_true", help="each system once first, unrecorded")
+    ap.add_argument("--warmup-steps", type=int, default=3)
+    ap.add_argument("--gpus", default="0", help="GPU ids, e.g. 0,1,2,3")
+    ap.add_argument("--spread", action="store_true", help="a round's systems on several GPUs")
+    ap.add_argument("--limit-s", type=float, default=560.0, help="rows that would end later drop")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and its cost")
+    ap.add_argument("--work", default="/tmp/dojo-bench")
+    a = ap.parse_args()
+    a.t0 = time.monotonic()  # the limit counts from here: weights and data are made first
+    a.gpu_ids = [int(g) for g in a.gpus.split(",")]
+    a.command = "python3 bench/speed.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    gpus = a.gpu_ids
+    if a.dry_run:
+        with tempfile.TemporaryDirectory() as tmp:
+            print_plan(a, plan_rows(a, Path(tmp)), gpus)
+        return
+    if not a.out:
+        ap.error("--out FILE is needed to run on the GPU (or --dry-run)")
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    plans = plan_rows(a, work)
+    print_plan(a, plans, gpus)
+    run_gpu(a, plans, gpus, work)
+
+
+def medians(runs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (row, system): the median tokens/s of its successful runs, their range and count."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault((r["row"], r["system"]), []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        ok = [r["tokens_per_s"] for r in rs if r["rc"] == 0 and r.get("tokens_per_s")]
+        out[key] = {
+            "median": statistics.median(ok) if ok else None,
+            "min": min(ok) if ok else None,
+            "max": max(ok) if ok else None,
+            "n": len(ok),
+            "failed": len(rs) - len(ok),
+        }
+    return out
+
+
+if __name__ == "__main__":
+    main()

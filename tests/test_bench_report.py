@@ -1,0 +1,75 @@
+"""bench/report.py: docs/benchmarks.md is its output, ratios never cross GPU calls, merged calls
+keep their runs apart."""
+
+import importlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+
+
+@pytest.fixture(scope="module")
+def report() -> Iterator[object]:
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("report")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_docs_benchmarks_is_the_report(report: object) -> None:
+    """No number in docs/benchmarks.md is typed by hand: it is report.py's output, from the
+    result files and today's estimator. After a new result or an estimator change:
+    python bench/report.py > docs/benchmarks.md"""
+    page = report.page()  # type: ignore[attr-defined]
+    assert (REPO / "docs" / "benchmarks.md").read_text() == page, (
+        "docs/benchmarks.md is stale: python bench/report.py > docs/benchmarks.md"
+    )
+    assert "session" not in page.lower()
+
+
+def _run(row: str, system: str, tps: float, rc: int = 0) -> dict[str, object]:
+    return {"row": row, "system": system, "rc": rc, "tokens_per_s": tps, "windows": {},
+            "peak_alloc_gib": 1.0, "losses": {"10": 2.0, "30": 1.5}}  # fmt: skip
+
+
+def test_ratios_are_to_the_plain_median_of_the_same_call(report: object) -> None:
+    call = {"runs": [_run("r", "plain", 100), _run("r", "dojo", 300), _run("r", "plain", 200),
+                     _run("r", "dojo", 330), _run("r", "trl", 0, rc=1)]}  # fmt: skip
+    lines = report.speed_call_table(call, ["r"])  # type: ignore[attr-defined]
+    dojo = next(x for x in lines if "| dojo |" in x)
+    assert "| 315 |" in dojo and "| 2.10x |" in dojo and "| 1.5000 |" in dojo
+    assert "| 0 (+1 failed) |" in next(x for x in lines if "| trl |" in x)
+    alone = report.speed_call_table({"runs": [_run("r", "dojo", 300)]}, ["r"])  # type: ignore[attr-defined]
+    assert "| - |" in alone[-1]  # no plain run in this call: no ratio
+
+
+def test_merge_keeps_each_call(report: object, tmp_path: Path) -> None:
+    a = {
+        "benchmark": "speed",
+        "set": "peer",
+        "calls": [{"command": "a", "runs": [_run("r", "plain", 1)]}],
+    }
+    b = {
+        "benchmark": "speed",
+        "set": "peer",
+        "calls": [{"command": "b", "runs": [_run("r", "dojo", 2)]}],
+    }
+    m = {"benchmark": "memory", "set": "x", "command": "c", "calls": [{"command": "m"}],
+         "rows": [{"row": "r1", "call": 0}]}  # fmt: skip
+    for name, doc in (("a", a), ("b", b), ("m1", m), ("m2", m)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    report.merge([tmp_path / "a.json", tmp_path / "b.json"], tmp_path / "o.json")  # type: ignore[attr-defined]
+    assert [c["command"] for c in json.loads((tmp_path / "o.json").read_text())["calls"]] == [
+        "a",
+        "b",
+    ]
+    report.merge([tmp_path / "m1.json", tmp_path / "m2.json"], tmp_path / "p.json")  # type: ignore[attr-defined]
+    assert [r["call"] for r in json.loads((tmp_path / "p.json").read_text())["rows"]] == [0, 1]
+    with pytest.raises(SystemExit):
+        report.merge([tmp_path / "a.json", tmp_path / "m1.json"], tmp_path / "q.json")  # type: ignore[attr-defined]

@@ -1,0 +1,142 @@
+"""bench/speed.py, bench/steps.py and bench/workload.py on the CPU: the plan a GPU call runs, the
+flags it passes, the rates it reads from a step log, the data every system trains on."""
+
+import importlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[None]:
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _args(**kw: object) -> SimpleNamespace:
+    base = {"set": "peer", "only": None, "systems": None, "steps": 30, "repeats": 2,
+            "warmup": True, "warmup_steps": 3, "spread": False, "gpu_ids": [0], "limit_s": 560.0}  # fmt: skip
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_variant_flags_are_dojo_train_flags(bench: None) -> None:
+    rows = importlib.import_module("rows")
+    memory = importlib.import_module("memory")
+    train = memory.dojo_cli(["train", "--help"])
+    for variant in rows.VARIANTS:
+        flag = variant.split()[0]
+        assert flag in train, variant
+    for cases in rows.SPEED_SETS.values():
+        for name, c in cases.items():
+            assert c.systems[0] == "plain", name  # every ratio is to it
+            assert c.shape in rows.SHAPES and c.data in ("mix", "longtail", "fixed"), name
+
+
+def test_a_variant_replaces_the_row_flag_it_names(bench: None) -> None:
+    speed = importlib.import_module("speed")
+    rows = importlib.import_module("rows")
+    case = rows.SPEED_SETS["peer"]["1b-lora"]
+    flags = speed.dojo_settings(case, "dojo --zero 0")
+    assert flags.count("--zero") == 1 and flags[flags.index("--zero") + 1] == "0"
+    assert speed.dojo_settings(case, "dojo --compile off")[-2:] == ["--compile", "off"]
+    assert "--packing" in speed.dojo_settings(case, "dojo")
+
+
+def test_variants_resolving_to_the_defaults_are_left_out(bench: None, tmp_path: Path) -> None:
+    """dojo never compiles by default, so --compile off is the defaults' own run on every row;
+    the other variants differ."""
+    speed = importlib.import_module("speed")
+    rows = importlib.import_module("rows")
+    workload = importlib.import_module("workload")
+    cases = rows.SPEED_SETS["peer-variants"]
+    keep, skipped = speed.systems_of(cases["1b-lora"], workload.write_config("l1b", tmp_path))
+    assert set(skipped) == {"dojo --compile off"}
+    assert keep == ["plain", "dojo", "dojo --compile on", "dojo --liger off", "dojo --liger loss",
+                    "dojo --attn sdpa", "dojo --zero 0"]  # fmt: skip
+    keep, skipped = speed.systems_of(cases["1b-full"], workload.write_config("l1b", tmp_path))
+    assert set(skipped) == {"dojo --compile off"}
+
+
+def test_plan_warms_each_system_once_then_alternates(bench: None, tmp_path: Path) -> None:
+    speed = importlib.import_module("speed")
+    (p,) = speed.plan_rows(_args(only=["1b-full"]), tmp_path)
+    assert p.systems == ["plain", "trl", "trl-ds", "dojo"] and p.width == 1
+    assert [[(r.system, r.rep, r.steps) for r in w] for w in p.waves] == [
+        [("plain", -1, 3), ("trl", -1, 3), ("trl-ds", -1, 3), ("dojo", -1, 3)],
+        [("plain", 0, 30), ("trl", 0, 30), ("trl-ds", 0, 30), ("dojo", 0, 30)],
+        [("plain", 1, 30), ("trl", 1, 30), ("trl-ds", 1, 30), ("dojo", 1, 30)],
+    ]
+    (s,) = speed.plan_rows(_args(only=["1b-full"], spread=True, gpu_ids=[0, 1, 2, 3]), tmp_path)
+    assert s.width == 4
+    slots = [[slot for _, slot in s.assign(w)] for w in range(3)]
+    assert slots == [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1]]  # each round, another GPU
+    assert s.cost_s() < p.cost_s()
+
+
+def test_rows_that_do_not_fit_the_limit_are_dropped_in_order(bench: None, tmp_path: Path) -> None:
+    speed = importlib.import_module("speed")
+    plans = speed.plan_rows(_args(spread=True, gpu_ids=list(range(8))), tmp_path)
+    span = speed.simulate(plans, list(range(8)), 560.0, setup_s=40.0)
+    kept = [p.name for p in plans if not p.dropped]
+    assert kept[:3] == ["1b-full", "1b-lora", "1b-qlora"]  # rows start in the set's order
+    assert "8b-lora-ckpt" not in kept and "1b-lora-longtail" not in kept
+    assert span <= 560.0
+    one = speed.plan_rows(_args(), tmp_path)
+    speed.simulate(one, [0], 560.0)
+    dropped = [p.dropped for p in one]
+    assert any(dropped)  # one GPU cannot hold every row in one call
+
+
+def test_rates_from_a_step_log(bench: None) -> None:
+    steps = importlib.import_module("steps")
+    marks = [{"step": 1, "t": 10.0, "tokens": 8000}, {"step": 10, "t": 11.8, "tokens": 80000},
+             {"step": 20, "t": 13.8, "tokens": 160000}, {"step": 30, "t": 16.8, "tokens": 240000}]  # fmt: skip
+    r = steps.rates({"marks": marks})
+    assert r["tokens_per_s"] == round(232000 / 6.8) and r["tokens_per_step"] == 8000
+    assert r["windows"] == {"2-10": 40000, "11-20": 40000, "21-30": round(80000 / 3.0)}
+    assert steps.rates({"marks": marks[:1]})["tokens_per_s"] is None
+
+
+def test_datasets_are_made_the_same_every_time(bench: None, tmp_path: Path) -> None:
+    workload = importlib.import_module("workload")
+    a, b = workload.speed_data(tmp_path / "a"), workload.speed_data(tmp_path / "b")
+    for name in ("fixed", "mix", "longtail"):
+        assert a[name].read_bytes() == b[name].read_bytes(), name
+    chats = [json.loads(line) for line in a["mix"].read_text().splitlines()]
+    assert len(chats) == 3000 and [m["role"] for m in chats[0]["messages"]] == ["user", "assistant"]
+    words = [sum(len(m["content"].split()) for m in json.loads(x)["messages"])
+             for x in a["longtail"].read_text().splitlines()]  # fmt: skip
+    long = [w * workload.TOKENS_PER_WORD for w in words if w > 1000]
+    assert len(long) == 30 and min(long) > 8000 and max(long) < 16384
+
+
+def test_long_tail_lengths_with_the_bundled_tokenizer(bench: None, tmp_path: Path) -> None:
+    """TOKENS_PER_WORD holds for the tokenizer every benchmark model carries."""
+    pytest.importorskip("tokenizers")
+    workload = importlib.import_module("workload")
+    speed = importlib.import_module("speed")
+    from dojo.train.tiny import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer(tmp_path / "tok")
+    data = workload.longtail_data(tmp_path)
+    t = speed.attention_length(data, 16384, tok)  # token-weighted: the long half of the tokens
+    assert 4000 < t < 16384
+    from tokenizers import Tokenizer
+
+    enc = Tokenizer.from_file(str(tok / "tokenizer.json"))
+    lens = []
+    for line in data.read_text().splitlines():
+        msgs = json.loads(line)["messages"]
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
+        lens.append(len(enc.encode(text).ids))
+    long = [n for n in lens if n > 4096]
+    assert len(long) == 30 and min(long) >= 8192 and max(long) <= 16384
