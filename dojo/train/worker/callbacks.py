@@ -175,6 +175,38 @@ class StopOnNonFinite(TrainerCallback):
         )
 
 
+class RecompileWatch(TrainerCallback):
+    """--compile on: says once when torch.compile keeps compiling after the first steps. Each new
+    batch shape (a packed row's layout, a padded batch's length) compiles the layer again, and a
+    run that recompiles every few steps is slower than one never compiled."""
+
+    LIMIT = 4
+    """New graphs after step 10 tolerated: a last short batch, an eval pass."""
+
+    def __init__(self) -> None:
+        self.after_warmup: int | None = None
+        self.recompiles = 0
+
+    @staticmethod
+    def _graphs() -> int:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.global_step == 10:
+            self.after_warmup = self._graphs()
+        elif self.after_warmup is not None and state.global_step % 10 == 0:
+            new = self._graphs() - self.after_warmup
+            if new > self.LIMIT and not self.recompiles:
+                print0(f"warning: torch.compile compiled {new} new graphs in steps 11-"
+                       f"{state.global_step}: the batch shapes keep changing (packed rows of "
+                       "varying layout), so each new one compiles again; --compile off is "
+                       "likely faster on this data")  # fmt: skip
+            if new > self.LIMIT:
+                self.recompiles = new
+
+
 class CheckpointMarker(TrainerCallback):
     """After every rank finished checkpoint-N, rank 0 writes its marker: then it counts as done.
 

@@ -34,6 +34,7 @@ from dojo.train.worker.callbacks import (
     CheckpointMarker,
     Measures,
     Progress,
+    RecompileWatch,
     StopOnNonFinite,
     barrier,
     is_rank0,
@@ -416,6 +417,7 @@ def train(job: Job) -> int:
             CheckpointMarker(meta),
             measures,
             *eval_callbacks(run),
+            *([RecompileWatch()] if run.kernels.compiled else []),
         ],
     )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; Progress replaces it
