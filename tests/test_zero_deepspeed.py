@@ -105,7 +105,7 @@ def test_generated_config_accepted(cfg: ZeroOptions, tmp_path: Path) -> None:
         opt_dev = zero.offload_optimizer.device if zero.offload_optimizer else "none"
         assert opt_dev == cfg.offload
     if cfg.stage == 3:
-        assert zero.offload_param.device == cfg.offload_param_device
+        assert zero.offload_param.device == cfg.param_device
         assert zero.prefetch_bucket_size == int(0.9 * HIDDEN * HIDDEN)
         assert zero.param_persistence_threshold == 10 * HIDDEN
     assert parsed.bfloat16_config.enabled is True  # bf16 "auto" <- TrainingArguments bf16=True

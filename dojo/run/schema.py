@@ -89,8 +89,10 @@ def invalid(group: Any) -> list[tuple[str, str]]:
         value = getattr(group, f.name)
         if value is None or isinstance(value, tuple):
             continue
+        option = OPTIONS[f.name]
         try:
-            OPTIONS[f.name].parse(value)
+            if option.parse(value) != value:  # 'CPU': a flag's spelling, not the field's value
+                raise option._bad(value, option.flag, f"choose one of {option.choice_text()}")
         except ConfigError as e:
             out.append((e.message, e.hint or ""))
     return out
