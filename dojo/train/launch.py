@@ -91,9 +91,9 @@ def build_command(
     if cfg.hostfile is not None:
         # Multi-node: the hostfile lists the machines and their slots; --include would clash
         # with --num_nodes ("Cannot specify num_nodes/gpus with include/exclude").
-        cmd += ["--hostfile", str(cfg.hostfile)]
-        if cfg.num_nodes > 1:
-            cmd += ["--num_nodes", str(cfg.num_nodes)]
+        # --num_nodes always: without it the runner starts on every machine listed, whatever
+        # number of machines the run (batch size, estimate) was planned for.
+        cmd += ["--hostfile", str(cfg.hostfile), "--num_nodes", str(cfg.num_nodes)]
         if cfg.master_addr is not None:
             cmd += ["--master_addr", cfg.master_addr]
     else:
