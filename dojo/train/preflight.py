@@ -284,7 +284,7 @@ def check_data(
             raise
         raise DataError(flag + e.message[len("--data") :], hint=e.hint) from None
     info: dict[str, Any] = {
-        "valid": len(report.rows),
+        "valid": report.valid,
         "bad": len(report.bad),
         "passthrough": list(report.passthrough),
         "summary": report.summary(),
