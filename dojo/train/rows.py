@@ -51,8 +51,8 @@ _SNIFF_BYTES = 8192  # a NUL byte in the first 8 KiB means binary, as git and gr
 MAX_FILE_BYTES = 4 << 30
 """A .jsonl/.json file is read whole (by the preflight, then by every rank): 4 GiB of JSON is
 some 40 GiB of Python objects. Larger data goes in several files."""
-MAX_ROW_BYTES = 64 << 20
-"""One JSON-lines row: a 1M-token conversation is ~4 MB of JSON (dojo.chat.files)."""
+MAX_ROW_CHARS = 64 << 20
+"""Characters in one JSON-lines row: a 1M-token conversation is ~4 MB of JSON (dojo.chat.files)."""
 
 
 @dataclass(frozen=True)
@@ -353,10 +353,10 @@ def _json_lines(text: str, name: str) -> list[tuple[str, Any]]:
     for n, line in jsonl_lines(text):
         if not line.strip():
             continue
-        if len(line) > MAX_ROW_BYTES:
+        if len(line) > MAX_ROW_CHARS:
             out.append((f"{name}:{n}", Unreadable(
-                f"a row of {len(line):,} characters; more than {MAX_ROW_BYTES >> 20} MiB is not "
-                "one conversation")))  # fmt: skip
+                f"a row of {len(line):,} characters; more than {MAX_ROW_CHARS:,} is not one "
+                "conversation")))  # fmt: skip
             continue
         try:
             out.append((f"{name}:{n}", json.loads(line)))

@@ -100,7 +100,7 @@ def _weight(text: str, spec: str, flag: str) -> tuple[str, float | None]:
         weight = None
     if weight is None or not (weight > 0 and math.isfinite(weight)):
         raise DataError(
-            f"{flag} {clip(spec, 200)}: weight {clip(raw)} must be a positive number",
+            f"{flag} {clip(spec, 100)}: weight {clip(raw)} must be a positive number",
             hint="a weight is a positive number, relative to the others: "
             "--data a.jsonl=0.7 --data b.jsonl=0.3",
         )
