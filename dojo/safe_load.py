@@ -66,7 +66,9 @@ def _described(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(shorten(v) for v in value[:8]) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{shorten(k)}: {shorten(v)}" for k, v in list(value.items())[:8]) + "}"
+        return (
+            "{" + ", ".join(f"{shorten(k)}: {shorten(v)}" for k, v in list(value.items())[:8]) + "}"
+        )
     return f"<{type(value).__name__}>"
 
 
@@ -118,7 +120,7 @@ _BOMS = (
 
 
 def wide_encoding(data: bytes) -> str | None:
-    """"UTF-16" or "UTF-32" for text saved so (Windows editors, PowerShell's ``>``), by its
+    """ "UTF-16" or "UTF-32" for text saved so (Windows editors, PowerShell's ``>``), by its
     byte-order mark or, without one, by the NUL byte beside each ASCII character; else None.
     Such a file holds NUL bytes, so without this check it would be called binary."""
     for bom, name in _BOMS:
@@ -160,7 +162,9 @@ def decode(data: bytes, *, what: str) -> str:
         kind = f"; it is {wide}" if wide else ""
         raise LoadError(
             f"{what} is not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}{kind})",
-            hint=wide_hint(wide) if wide else "save it as UTF-8, e.g. iconv -f latin1 -t utf-8 IN > OUT",
+            hint=wide_hint(wide)
+            if wide
+            else "save it as UTF-8, e.g. iconv -f latin1 -t utf-8 IN > OUT",
             reason="encoding",
             line=line,
         ) from None

@@ -204,12 +204,24 @@ _TOOLS_HINT = "the file must hold a JSON list of tool schemas"
         (b"  \n", "is empty", _TOOLS_HINT),
         (b"{bad", "is not valid JSON", _TOOLS_HINT),
         (b"[" * 100_000, "nests lists/objects too deeply", "a JSON list of tool schemas"),
-        (b'[{"n": ' + b"7" * 5000 + b"}]", "holds an integer of more than 4,300 digits", _TOOLS_HINT),
+        (
+            b'[{"n": ' + b"7" * 5000 + b"}]",
+            "holds an integer of more than 4,300 digits",
+            _TOOLS_HINT,
+        ),
         (b"5", "must be a JSON list of tool schemas, not int", '[{"type": "function"'),
         (b'{"tools": "x"}', "must be a JSON list of tool schemas, not str", '[{"type": "function"'),
         (b"[1]", "tool 0 is int 1, not an object (a tool schema)", '[{"type": "function"'),
-        (b'[{"role": "user", "content": "hi"}]', "tool 0 has a 'role': it is a chat message", "--messages"),
-        (json.dumps([{"type": "function"}]).encode("utf-16"), "is UTF-16 text, not UTF-8", "iconv -f utf-16"),
+        (
+            b'[{"role": "user", "content": "hi"}]',
+            "tool 0 has a 'role': it is a chat message",
+            "--messages",
+        ),
+        (
+            json.dumps([{"type": "function"}]).encode("utf-16"),
+            "is UTF-16 text, not UTF-8",
+            "iconv -f utf-16",
+        ),
     ],
     ids=lambda x: x[:20] if isinstance(x, str) else None,
 )
@@ -218,7 +230,16 @@ def test_tools_errors_speak_of_tools(
 ) -> None:
     tools = tmp_path / "tools.json"
     tools.write_bytes(content)
-    r = cli("chat-template", "render", "--template", "chatml", "--messages", str(convo_file), "--tools", str(tools))
+    r = cli(
+        "chat-template",
+        "render",
+        "--template",
+        "chatml",
+        "--messages",
+        str(convo_file),
+        "--tools",
+        str(tools),
+    )
     lines = r.stderr.splitlines()
     assert r.exit_code == 1 and len(lines) == 2, r.stderr
     assert lines[0].startswith(f"error: --tools '{tools}'") and needle in lines[0], lines[0]
@@ -240,5 +261,14 @@ def test_utf16_messages_are_named_not_binary(cli, tmp_path: Path, monkeypatch) -
 
 
 def test_a_long_tools_path_is_shortened(cli, convo_file: Path) -> None:
-    r = cli("chat-template", "render", "--template", "chatml", "--messages", str(convo_file), "--tools", "t" * 5000)
+    r = cli(
+        "chat-template",
+        "render",
+        "--template",
+        "chatml",
+        "--messages",
+        str(convo_file),
+        "--tools",
+        "t" * 5000,
+    )
     assert r.exit_code == 1 and len(r.stderr.splitlines()[0]) < 300, r.stderr[:400]

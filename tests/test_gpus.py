@@ -61,7 +61,9 @@ def _one_error(r) -> tuple[str, str]:
     ids=lambda x: x[:20],
 )
 @pytest.mark.parametrize("dry_run", [True, False])
-def test_bad_gpus_on_a_cpu_machine(spec: str, needle: str, dry_run: bool, cpu_machine: Path, cli) -> None:
+def test_bad_gpus_on_a_cpu_machine(
+    spec: str, needle: str, dry_run: bool, cpu_machine: Path, cli
+) -> None:
     start = time.monotonic()
     r = cli("train", "--gpus", spec, "--output-dir", "out", *(["--dry-run"] if dry_run else []))
     error, hint = _one_error(r)

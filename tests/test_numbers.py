@@ -40,7 +40,9 @@ def _one_error(r, *needles: str) -> None:
     assert len(errors[0]) < 300 and all(n in errors[0] for n in needles), errors[0]
 
 
-@pytest.mark.xfail(strict=True, reason="flag parsing: dojo/run/options.py, rewritten by the schema change")
+@pytest.mark.xfail(
+    strict=True, reason="flag parsing: dojo/run/options.py, rewritten by the schema change"
+)
 @pytest.mark.parametrize(
     "args",
     [
@@ -71,7 +73,16 @@ def test_a_5000_digit_integer_in_a_data_row_is_one_bad_row(workdir: Path, cli) -
 
 
 def test_huge_mixing_weights_are_planned(workdir: Path, cli) -> None:
-    r = cli("train", "--dry-run", "--data", "a.jsonl=1e308", "--data", "b.jsonl=1e308", "--output-dir", "out")
+    r = cli(
+        "train",
+        "--dry-run",
+        "--data",
+        "a.jsonl=1e308",
+        "--data",
+        "b.jsonl=1e308",
+        "--output-dir",
+        "out",
+    )
     assert r.exit_code == 0, r.stderr
     from dojo.train import sources
 
@@ -80,6 +91,15 @@ def test_huge_mixing_weights_are_planned(workdir: Path, cli) -> None:
 
 @pytest.mark.parametrize("weight", ["-1", "nan", "inf", "1e400", BIG])
 def test_a_bad_weight_is_named_not_missing(weight: str, workdir: Path, cli) -> None:
-    r = cli("train", "--dry-run", "--data", f"a.jsonl={weight}", "--data", "b.jsonl=1", "--output-dir", "out")
+    r = cli(
+        "train",
+        "--dry-run",
+        "--data",
+        f"a.jsonl={weight}",
+        "--data",
+        "b.jsonl=1",
+        "--output-dir",
+        "out",
+    )
     _one_error(r, "--data a.jsonl=", "must be a positive number")
     assert "no mixing weight" not in r.stderr and not (workdir / "out").exists()

@@ -75,7 +75,9 @@ def test_a_long_value_is_shortened() -> None:
 def test_one_error_per_key() -> None:
     # reduce_bucket_size null: "is null", not also "not a number of elements"
     findings = check_config({"zero_optimization": {"stage": 2, "reduce_bucket_size": None}})
-    assert [f.where for f in findings if f.level == "error"] == ["zero_optimization.reduce_bucket_size"]
+    assert [f.where for f in findings if f.level == "error"] == [
+        "zero_optimization.reduce_bucket_size"
+    ]
 
 
 def test_strings_deepspeed_converts_are_warnings() -> None:
@@ -127,9 +129,26 @@ def exempt(path: str, probe: str) -> str | None:
         return "whether a batch size is given at all is not a shape (the Trainer fills 'auto')"
     if key == "stage" and probe in ("true", "false"):
         return "a stage is 0-3: DeepSpeed reads true/false as 1/0"
-    if key.removeprefix("stage3_") in _COUNTS and probe in ("true", "false", "strint", "zero", "big"):
+    if key.removeprefix("stage3_") in _COUNTS and probe in (
+        "true",
+        "false",
+        "strint",
+        "zero",
+        "big",
+    ):
         return "element counts are JSON numbers (not strings or booleans), buckets > 0, < 1e12"
-    if key == "timers" and probe in ("list", "pair", "str", "empty", "strint", "strfrac", "yes", "sum", "cpu", "fp16"):
+    if key == "timers" and probe in (
+        "list",
+        "pair",
+        "str",
+        "empty",
+        "strint",
+        "strfrac",
+        "yes",
+        "sum",
+        "cpu",
+        "fp16",
+    ):
         return "DeepSpeed ignores a timers value that is not an object"
     return None
 
@@ -143,7 +162,10 @@ def _cases() -> list[tuple[str, str, dict[str, Any]]]:
         for key in sorted(zc.ZERO_KEYS):
             cases += [(f"zero_optimization.{key}@{stage}", n,
                        {**BASE, "zero_optimization": {"stage": stage, key: v}}) for n, v in PROBES.items()]  # fmt: skip
-    for block, keys in (("offload_param", zc.OFFLOAD_PARAM_KEYS), ("offload_optimizer", zc.OFFLOAD_OPTIMIZER_KEYS)):
+    for block, keys in (
+        ("offload_param", zc.OFFLOAD_PARAM_KEYS),
+        ("offload_optimizer", zc.OFFLOAD_OPTIMIZER_KEYS),
+    ):
         for key in sorted(keys):
             cases += [(f"zero_optimization.{block}.{key}", n,
                        {**BASE, "zero_optimization": {"stage": 3, block: {"device": "cpu", key: v}}})
@@ -156,7 +178,10 @@ def _cases() -> list[tuple[str, str, dict[str, Any]]]:
                           for n, v in PROBES.items()]  # fmt: skip
     adamw = {"type": "AdamW", "params": {"lr": 0.001}}
     for key in ("type", "params"):
-        cases += [(f"optimizer.{key}", n, {**BASE, "optimizer": {**adamw, key: v}}) for n, v in PROBES.items()]
+        cases += [
+            (f"optimizer.{key}", n, {**BASE, "optimizer": {**adamw, key: v}})
+            for n, v in PROBES.items()
+        ]
     for key in ("lr", "betas", "eps", "weight_decay"):
         cases += [(f"optimizer.params.{key}", n, {**BASE, "optimizer": {"type": "AdamW", "params": {"lr": 0.001, key: v}}})
                   for n, v in PROBES.items()]  # fmt: skip
@@ -210,7 +235,14 @@ def deepspeed_verdict():
 
 def test_bases_are_clean(deepspeed_verdict) -> None:
     adamw = {"type": "AdamW", "params": {"lr": 0.001}}
-    for cfg in (BASE, {**BASE, "optimizer": adamw, "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 100}}}):
+    for cfg in (
+        BASE,
+        {
+            **BASE,
+            "optimizer": adamw,
+            "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 100}},
+        },
+    ):
         assert deepspeed_verdict(cfg) is None
         assert not [f for f in check_config(copy.deepcopy(cfg)) if f.level == "error"]
 
@@ -233,7 +265,11 @@ def test_lint_agrees_with_deepspeed(group: str, deepspeed_verdict) -> None:
             continue
         checked += 1
         refused = deepspeed_verdict(cfg)
-        errors = [f"{f.where}: {f.message}" for f in check_config(copy.deepcopy(cfg)) if f.level == "error"]
+        errors = [
+            f"{f.where}: {f.message}"
+            for f in check_config(copy.deepcopy(cfg))
+            if f.level == "error"
+        ]
         if exempt(path.split("@")[0], probe) is not None:
             continue
         if refused is not None and not errors:

@@ -44,7 +44,9 @@ def _why(e: OSError, path: Path) -> str:
         return "is a symlink loop (a link that leads back to itself)"
     if e.errno == errno.ENOENT:
         try:
-            return f"is a broken symlink (to {shorten(os.readlink(path), 200)}, which does not exist)"
+            return (
+                f"is a broken symlink (to {shorten(os.readlink(path), 200)}, which does not exist)"
+            )
         except OSError:
             return "does not exist"
     if e.errno in (errno.EACCES, errno.EPERM):
@@ -71,7 +73,9 @@ def read_text(
     what a binary file is not ("JSON", "a chat template")."""
     st = stat_path(path, flag, error)
     if st is None:
-        raise error(f"{flag} {shorten(str(path), 200)} cannot be read: no such file", hint=f"give {what}")
+        raise error(
+            f"{flag} {shorten(str(path), 200)} cannot be read: no such file", hint=f"give {what}"
+        )
     if stat.S_ISDIR(st.st_mode):
         raise error(
             f"{flag} {shorten(str(path), 200)} cannot be read: it is a directory, not a file",
@@ -85,9 +89,13 @@ def read_text(
     data = _read_bytes(path, flag, error)
     wide = wide_encoding(data)
     if wide is not None:  # its NUL bytes would otherwise call it binary
-        raise error(f"{flag} {shorten(str(path), 200)} is {wide} text, not UTF-8", hint=wide_hint(wide))
+        raise error(
+            f"{flag} {shorten(str(path), 200)} is {wide} text, not UTF-8", hint=wide_hint(wide)
+        )
     if b"\x00" in data:  # a NUL byte means binary (git's and grep's rule)
-        raise error(f"{flag} {shorten(str(path), 200)} is a binary file, not {noun}", hint=f"give {what}")
+        raise error(
+            f"{flag} {shorten(str(path), 200)} is a binary file, not {noun}", hint=f"give {what}"
+        )
     return decode(data, f"{flag} {shorten(str(path), 200)}", error)
 
 

@@ -230,7 +230,9 @@ def _read_json(arg: str, flag: str) -> Any:
     if not raw.strip():
         raise DataError(f"{flag} {shorten(arg, 200)} is empty", hint=f"the file must hold {holds}")
     if "\x00" in raw:  # a NUL byte means binary (git's and grep's rule)
-        raise DataError(f"{flag} {shorten(arg, 200)} is a binary file, not JSON", hint="give a .json file")
+        raise DataError(
+            f"{flag} {shorten(arg, 200)} is a binary file, not JSON", hint="give a .json file"
+        )
     try:
         return json.loads(raw)
     except RecursionError as e:
@@ -304,7 +306,9 @@ def read_tools(arg: str | None) -> list[dict[str, Any]] | None:
     data = _read_json(arg, "--tools")
     if isinstance(data, dict) and "tools" in data:
         data = data["tools"]
-    example = 'e.g. [{"type": "function", "function": {"name": "get_weather", "parameters": {...}}}]'
+    example = (
+        'e.g. [{"type": "function", "function": {"name": "get_weather", "parameters": {...}}}]'
+    )
     if not isinstance(data, list):
         raise DataError(
             f"--tools {shorten(arg, 200)} must be a JSON list of tool schemas, not {type(data).__name__}",

@@ -50,7 +50,9 @@ def looks_like_csv(first_line: str) -> bool:
 # ---- Parquet -------------------------------------------------------------------------------
 
 
-def check_csv(path: Path, ref: str, validate: Any = None, cols: Any = None, count: Any = None) -> None:
+def check_csv(
+    path: Path, ref: str, validate: Any = None, cols: Any = None, count: Any = None
+) -> None:
     """Header names a format's columns; >= 1 valid row among the first SAMPLE_ROWS. Without
     ``count`` it reads only those rows (the worker reads the file with `datasets`' csv
     builder); ``count(source, record)`` is then called for every row, streamed (the

@@ -34,9 +34,9 @@ from typing import Any
 
 from dojo import safe_load
 from dojo._io import file_kind
-from dojo.safe_load import clip
 from dojo.chat.conversation import FORMATS, Message, PlainText, to_example
 from dojo.errors import DataError, DojoError
+from dojo.safe_load import clip
 from dojo.train import data_check, sources
 
 ROW_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -222,7 +222,9 @@ def _check_file(ref: str) -> Path:
                 f"--data {shown}: a broken symbolic link (to {os.readlink(path)!r})",
                 hint="point the link at the data file, or give the file's own path",
             ) from None
-        raise DataError(f"--data {shown}: no such file", hint="check the path (or give a Hub id)") from None
+        raise DataError(
+            f"--data {shown}: no such file", hint="check the path (or give a Hub id)"
+        ) from None
     except (OSError, ValueError) as e:  # ELOOP, EACCES, ENAMETOOLONG, a NUL byte in the path
         raise DataError(
             f"--data {shown}: cannot read it ({getattr(e, 'strerror', None) or e})",

@@ -159,11 +159,12 @@ def parse_all(
             f"{flag} {clip(missing, 200)}: no mixing weight while other sources have one",
             hint="give every source a weight (a.jsonl=0.7 b.parquet=0.3) or none",
         )
-    shares = normalise([w for w in inline if w is not None])
+    given = [w for w in inline if w is not None]
+    shares = normalise(given)
     for s, w, share in zip(sources, inline, shares, strict=True):
         if share <= 0:
             raise DataError(
-                f"{flag} {clip(s.spec, 200)}: weight {w:g} is too small next to {max(inline):g} "
+                f"{flag} {clip(s.spec, 200)}: weight {w:g} is too small next to {max(given):g} "
                 "(its share rounds to 0)",
                 hint="give weights of a similar scale, e.g. a.jsonl=0.7 b.jsonl=0.3",
             )

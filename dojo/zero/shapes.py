@@ -109,16 +109,18 @@ BF16: dict[str, Kind] = _same(
     "bf16_master_weights_and_grads", "bf16_optimizer_states",
 )  # fmt: skip
 FP16: dict[str, Kind] = {
-    **_same(BOOL, "enabled", "auto_cast", "consecutive_hysteresis", "fp16_master_weights_and_grads"),
+    **_same(
+        BOOL, "enabled", "auto_cast", "consecutive_hysteresis", "fp16_master_weights_and_grads"
+    ),
     "loss_scale": Kind("loss_scale"),  # its own validator: a finite number >= 0, never a bool
     **_same(INT, "initial_scale_power", "hysteresis"),
     **_same(Kind("scale_int"), "loss_scale_window", "min_loss_scale"),  # whole, never a bool
 }
 _TOP_OBJECTS = (
-    "activation_checkpointing autotuning checkpoint comet comms_logger compile csv_monitor "
-    "data_efficiency data_types flops_profiler hybrid_engine pipeline tensor_parallel "
-    "tensorboard torch_autocast wandb weight_quantization timers"
-).split()
+    "activation_checkpointing", "autotuning", "checkpoint", "comet", "comms_logger", "compile",
+    "csv_monitor", "data_efficiency", "data_types", "flops_profiler", "hybrid_engine", "pipeline",
+    "tensor_parallel", "tensorboard", "torch_autocast", "wandb", "weight_quantization", "timers",
+)  # fmt: skip
 TOP: dict[str, Kind] = {
     **_same(OBJECT, *_TOP_OBJECTS),
     "optimizer": Kind("object", fields="optimizer"),
@@ -131,15 +133,17 @@ TOP: dict[str, Kind] = {
     "gradient_allreduce_op": Kind("choice", choices=("mean", "sum")),
     **_same(
         Kind("choice", optional=True, choices=("fp32", "fp16", "bf16")),
-        "communication_data_type", "seq_parallel_communication_data_type",
+        "communication_data_type",
+        "seq_parallel_communication_data_type",
     ),
     "wall_clock_breakdown": Kind("strict_int"),  # or-ed with a bool: an int or true/false
     "vocabulary_size": Kind("number", optional=True),  # taken % 8
 }
-REMOVED = frozenset(
-    "amp compression_training curriculum_learning eigenvalue elasticity graph_harvesting "
-    "nebula progressive_layer_drop quantize_training sparse_attention sparse_gradients".split()
-)
+REMOVED = frozenset({
+    "amp", "compression_training", "curriculum_learning", "eigenvalue", "elasticity",
+    "graph_harvesting", "nebula", "progressive_layer_drop", "quantize_training",
+    "sparse_attention", "sparse_gradients",
+})  # fmt: skip
 """Top-level keys DeepSpeed 0.19.8 refuses whatever their value: the features were removed."""
 TABLES: dict[str, dict[str, Kind]] = {
     "zero_optimization": ZERO,
@@ -266,15 +270,19 @@ def _scalar(kind: Kind, key: str, value: Any, shown: str) -> str | None:
             return None
         return f"{key} {shown} is not one of {', '.join(kind.choices)}"
     if t == "strict_int":
-        return None if isinstance(value, int) else f"{key} {shown} is not true, false or a whole number"
+        return (
+            None
+            if isinstance(value, int)
+            else f"{key} {shown} is not true, false or a whole number"
+        )
     if t == "number":  # read as `value and value % 8`: an empty value passes too
         ok = isinstance(value, (int, float)) or not value
         return None if ok else f"{key} {shown} is not a number"
     if t == "loss_scale":
-        number = _REFUSED if isinstance(value, bool) else _plain_float(value)
-        if number is _REFUSED or not math.isfinite(number):
+        scale = None if isinstance(value, bool) else _plain_float(value)
+        if scale is None or not math.isfinite(scale):
             return f"{key} {shown} is not a finite number"
-        return f"{key} {shown} must be 0 (dynamic) or more" if number < 0 else None
+        return f"{key} {shown} must be 0 (dynamic) or more" if scale < 0 else None
     if t == "scale_int":  # its validator: no bool, no inf/nan, int(value) must work
         if isinstance(value, bool) or _int_call(value) is _REFUSED:
             return f"{key} {shown} is not a whole number"
@@ -296,12 +304,12 @@ def _int_call(value: Any) -> Any:
         return _REFUSED
 
 
-def _plain_float(value: Any) -> Any:
-    # float(v), as fp16's validators call it: numbers and numeric strings.
+def _plain_float(value: Any) -> float | None:
+    # float(v), as fp16's validators call it: numbers and numeric strings; None if it fails.
     try:
         return float(value)
     except (TypeError, ValueError, OverflowError):
-        return _REFUSED
+        return None
 
 
 def _bounds(kind: Kind, key: str, shown: str, number: float) -> str | None:

@@ -219,7 +219,9 @@ def _refused(r, needle: str) -> None:
     ],
 )
 @pytest.mark.parametrize("flag", ["--data", "--eval-data"])
-def test_special_files_refused_at_once(name: str, kind: str, flag: str, data_dir: Path, cli) -> None:
+def test_special_files_refused_at_once(
+    name: str, kind: str, flag: str, data_dir: Path, cli
+) -> None:
     import time
 
     start = time.monotonic()
@@ -233,7 +235,10 @@ def test_a_json_file_past_the_size_bound_is_refused_unread(tmp_path: Path) -> No
     huge = tmp_path / "huge.jsonl"
     with open(huge, "wb") as f:  # sparse: no disk, and reading it would need 5 GiB of memory
         f.truncate(5 << 30)
-    with pytest.raises(DataError, match=r"huge.jsonl is 5,368,709,120 bytes; dojo reads a JSON file whole, up to 4 GiB"):
+    with pytest.raises(
+        DataError,
+        match=r"huge.jsonl is 5,368,709,120 bytes; dojo reads a JSON file whole, up to 4 GiB",
+    ):
         read_rows([str(huge)])
 
 
@@ -243,11 +248,15 @@ def test_a_json_line_past_the_row_bound_is_one_bad_row(tmp_path: Path, monkeypat
     monkeypatch.setattr(rows, "MAX_ROW_CHARS", 1000)
     p = write_jsonl(tmp_path / "d.jsonl", [GOOD, {"text": "x" * 2000}, GOOD])
     r = read_rows([p])
-    assert len(r.rows) == 2 and r.bad == [(f"{p}:2", "a row of 2,012 characters; more than 1,000 is not one conversation")]
+    assert len(r.rows) == 2 and r.bad == [
+        (f"{p}:2", "a row of 2,012 characters; more than 1,000 is not one conversation")
+    ]
 
 
 @pytest.mark.parametrize("row", [None, 5, 2.5, True, False])
-def test_a_row_that_is_not_an_object_is_one_bad_row(row: object, tmp_path: Path, cli, data_dir: Path) -> None:
+def test_a_row_that_is_not_an_object_is_one_bad_row(
+    row: object, tmp_path: Path, cli, data_dir: Path
+) -> None:
     jsonl = write_jsonl(tmp_path / "d.jsonl", [GOOD, json.dumps(row), GOOD])
     array = tmp_path / "d.json"
     array.write_text(json.dumps([GOOD, row, GOOD]))
@@ -262,12 +271,24 @@ def test_a_row_that_is_not_an_object_is_one_bad_row(row: object, tmp_path: Path,
 
 def test_an_integer_past_python_limit_is_one_bad_row(tmp_path: Path) -> None:
     big = "7" * 5000
-    long_row = '{"messages": [{"role": "user", "content": "hi", "n": ' + big + '}]}'
+    long_row = '{"messages": [{"role": "user", "content": "hi", "n": ' + big + "}]}"
     jsonl = write_jsonl(tmp_path / "d.jsonl", [GOOD, long_row, GOOD])
     r = read_rows([jsonl])
-    assert len(r.rows) == 2 and r.bad == [(f"{jsonl}:2", "holds an integer of more than 4,300 digits, not a value a row uses")]
+    assert len(r.rows) == 2 and r.bad == [
+        (f"{jsonl}:2", "holds an integer of more than 4,300 digits, not a value a row uses")
+    ]
     array = tmp_path / "a.json"  # only the element holding it is skipped, the next ones are read
-    array.write_text("[\n" + json.dumps(GOOD) + ",\n" + long_row + ",\n[" + big + "],\n" + json.dumps(GOOD) + "\n]")
+    array.write_text(
+        "[\n"
+        + json.dumps(GOOD)
+        + ",\n"
+        + long_row
+        + ",\n["
+        + big
+        + "],\n"
+        + json.dumps(GOOD)
+        + "\n]"
+    )
     r = read_rows([str(array)])
     assert len(r.rows) == 2 and [s for s, _ in r.bad] == [f"{array}:3", f"{array}:4"]
     one = tmp_path / "one.json"

@@ -230,13 +230,18 @@ def test_cli_yaml_columns_and_bad_flags_refused_before_launch(cli: Any, tmp_path
 # ---------------------------------------------------------------- issue 33: weights' edge cases
 
 
-@pytest.mark.parametrize("weight", ["-1", "nan", "inf", "-inf", "1e400", "0", "0x10", "abc", "", "1" * 5000, "٣"])
+@pytest.mark.parametrize(
+    "weight", ["-1", "nan", "inf", "-inf", "1e400", "0", "0x10", "abc", "", "1" * 5000, "٣"]
+)
 def test_a_bad_weight_is_named(weight: str, tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "a.jsonl", [GOOD])
     with pytest.raises(DataError) as e:
         sources.parse_all([f"a.jsonl={weight}", "b.jsonl=1"])
-    assert e.value.message.startswith("--data a.jsonl=") and "must be a positive number" in e.value.message
+    assert (
+        e.value.message.startswith("--data a.jsonl=")
+        and "must be a positive number" in e.value.message
+    )
     assert "no mixing weight" not in e.value.message and len(e.value.message) < 300
     assert e.value.hint and "relative" in e.value.hint
 
@@ -244,7 +249,10 @@ def test_a_bad_weight_is_named(weight: str, tmp_path: Path, monkeypatch: Any) ->
 def test_huge_weights_do_not_overflow() -> None:
     mixed = sources.parse_all(["a.jsonl=1e308", "b.jsonl=1e308", "c.jsonl=5e307"])
     assert [s.weight for s in mixed] == [0.4, 0.4, 0.2]
-    assert [s.weight for s in sources.parse_all(["a.jsonl", "b.jsonl"], ratios=(1e308, 1e308))] == [0.5, 0.5]
+    assert [s.weight for s in sources.parse_all(["a.jsonl", "b.jsonl"], ratios=(1e308, 1e308))] == [
+        0.5,
+        0.5,
+    ]
     assert sources.normalise([1e-300, 1e-300]) == [0.5, 0.5]
 
 
