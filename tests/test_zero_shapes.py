@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from dojo.zero import blocks, shapes
 from dojo.zero import check as zc
-from dojo.zero import shapes
 from dojo.zero.check import check_config
 
 # --------------------------------------------------------------------- the issue, through the CLI
@@ -213,7 +213,7 @@ def deepspeed_verdict():
             p = torch.nn.Parameter(torch.zeros(2))
             opt: Any = torch.optim.SGD([p], lr=0.1)
             name = parsed.optimizer_name
-            if name is not None and name.lower() in shapes.ADAM_TYPES:
+            if name is not None and name.lower() in blocks.ADAM_TYPES:
                 # engine._configure_basic_optimizer: torch's AdamW checks these (FusedAdam the same)
                 args = ("lr", "betas", "eps", "weight_decay")
                 params = {k: v for k, v in (parsed.optimizer_params or {}).items() if k in args}
@@ -335,9 +335,9 @@ def test_scheduler_arguments_match_deepspeed() -> None:
     torch = pytest.importorskip("torch")
     from deepspeed.runtime import lr_schedules
 
-    assert set(shapes.SCHEDULER_ARGS) == set(lr_schedules.VALID_LR_SCHEDULES)
-    for name, (required, optional) in shapes.SCHEDULER_ARGS.items():
+    assert set(blocks.SCHEDULER_ARGS) == set(lr_schedules.VALID_LR_SCHEDULES)
+    for name, (required, optional) in blocks.SCHEDULER_ARGS.items():
         params = list(inspect.signature(getattr(lr_schedules, name)).parameters.values())[1:]
         assert tuple(p.name for p in params if p.default is inspect.Parameter.empty) == required
         assert {p.name for p in params if p.default is not inspect.Parameter.empty} == set(optional)
-    assert all(hasattr(torch.optim.lr_scheduler, n) for n in shapes.TORCH_SCHEDULERS)
+    assert all(hasattr(torch.optim.lr_scheduler, n) for n in blocks.TORCH_SCHEDULERS)

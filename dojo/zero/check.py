@@ -15,8 +15,9 @@ from typing import Any
 
 from dojo.errors import ConfigError
 from dojo.safe_load import clip, shorten
+from dojo.zero.blocks import TORCH_SCHEDULERS
 from dojo.zero.explain import precedence_warnings
-from dojo.zero.shapes import TORCH_SCHEDULERS, problems
+from dojo.zero.shapes import problems
 
 
 def _keys(words: str) -> frozenset[str]:
