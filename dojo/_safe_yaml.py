@@ -3,6 +3,7 @@ measures what aliases expand to before anything is constructed, and refuses dupl
 non-finite floats. Imported only when a YAML file is read (yaml is a lazy import)."""
 
 import math
+import sys
 from typing import Any
 
 from dojo.safe_load import LoadError, clip, shorten
@@ -27,7 +28,15 @@ def load(
         raise LoadError(
             f"{what}: {e.args[0]} (line {e.line})", hint=e.hint, reason=e.reason, line=e.line
         ) from None
-    except (yaml.YAMLError, RecursionError, ValueError) as e:
+    except ValueError as e:
+        if "integer string conversion" in str(e):  # yaml's int() past Python's 4,300 digits
+            raise LoadError(
+                f"{what} holds an integer of more than {sys.get_int_max_str_digits():,} digits",
+                hint="no setting is a number that long: check the value",
+                reason="number",
+            ) from None
+        raise _yaml_syntax(what, e) from None
+    except (yaml.YAMLError, RecursionError) as e:
         raise _yaml_syntax(what, e) from None
     finally:
         loader.dispose()

@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 
 from dojo.errors import LaunchError
-from dojo.safe_load import shorten
+from dojo.safe_load import clip, shorten
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,29 @@ def _is_index(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def parse_gpus(spec: str, present: list[int]) -> tuple[int, ...]:
-    """``"all"`` or comma-separated ids (``"0,1"``) -> sorted ids, checked against ``present``."""
-    shown = ",".join(map(str, present)) if present else "none"
-    hint = f"GPUs present: {shown}; use e.g. --gpus 0,1 or --gpus all"
+def describe_ids(ids: list[int], limit: int = 120) -> str:
+    """``0,1,2,3`` when that is short; past ``limit`` characters, runs of consecutive ids as
+    ranges (``0-1023``), cut to ``limit``: a hint never lists thousands of numbers."""
+    ordered = sorted(set(ids))
+    plain = ",".join(map(str, ordered))
+    if len(plain) <= limit:
+        return plain or "none"
+    runs: list[list[int]] = []
+    for i in ordered:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return clip(",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs), limit)
+
+
+def parse_gpus(spec: str, present: list[int] | None) -> tuple[int, ...]:
+    """``"all"`` or comma-separated ids (``"0,1"``) -> sorted ids, checked against ``present``;
+    ``present=None`` checks the syntax only (a plan for another machine, dojo estimate)."""
+    if present is None:
+        hint = "give GPU ids as on the target machine, e.g. --gpus 0,1"
+    else:
+        hint = f"GPUs present: {describe_ids(present)}; use e.g. --gpus 0,1 or --gpus all"
     flag = f"--gpus {shorten(spec)}"
     text = spec.strip()
     if text == "all":
@@ -89,6 +108,7 @@ def parse_gpus(spec: str, present: list[int]) -> tuple[int, ...]:
     if not text:
         raise LaunchError("--gpus is empty", hint=hint)
     ids: list[int] = []
+    seen: set[int] = set()  # a set, not ids.count(): 60,000 entries would take minutes
     for raw in text.split(","):
         item = raw.strip()
         if not item:
@@ -103,13 +123,15 @@ def parse_gpus(spec: str, present: list[int]) -> tuple[int, ...]:
                 f"{MAX_GPU_INDEX + 1} GPUs)",
                 hint=hint,
             )
-        ids.append(int(item))
-    dups = sorted({i for i in ids if ids.count(i) > 1})
-    if dups:
-        raise LaunchError(f"{flag}: GPU {dups[0]} is listed twice", hint=hint)
-    missing = [i for i in ids if i not in present]
-    if missing:
-        raise LaunchError(f"{flag}: GPU {missing[0]} does not exist", hint=hint)
+        index = int(item)
+        if index in seen:
+            raise LaunchError(f"{flag}: GPU {index} is listed twice", hint=hint)
+        seen.add(index)
+        ids.append(index)
+    if present is not None:
+        missing = [i for i in ids if i not in present]
+        if missing:
+            raise LaunchError(f"{flag}: GPU {missing[0]} does not exist", hint=hint)
     return tuple(sorted(ids))
 
 

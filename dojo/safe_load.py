@@ -52,8 +52,24 @@ class LoadError(DojoError):
 
 
 def shorten(value: object, limit: int = SHOWN) -> str:
-    """repr() of a value, cut to ``limit`` characters with an ellipsis."""
-    return clip(repr(value), limit)
+    """repr() of a value, cut to ``limit`` characters with an ellipsis. An integer past
+    Python's int-string limit (4,300 digits), where repr() raises, is described instead."""
+    try:
+        return clip(repr(value), limit)
+    except ValueError:
+        return clip(_described(value), limit)
+
+
+def _described(value: object) -> str:
+    if isinstance(value, int):  # log10(2) digits per bit: the string itself is what fails
+        return f"<an integer of about {int(abs(value).bit_length() * 0.30103) + 1:,} digits>"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(shorten(v) for v in value[:8]) + "]"
+    if isinstance(value, dict):
+        return (
+            "{" + ", ".join(f"{shorten(k)}: {shorten(v)}" for k, v in list(value.items())[:8]) + "}"
+        )
+    return f"<{type(value).__name__}>"
 
 
 def clip(text: str, limit: int = SHOWN) -> str:
@@ -97,15 +113,58 @@ def read_text(path: Path, *, what: str, max_bytes: int | None = None) -> str:
     return decode(data, what=what)
 
 
+_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"),
+)  # fmt: skip
+
+
+def wide_encoding(data: bytes) -> str | None:
+    """ "UTF-16" or "UTF-32" for text saved so (Windows editors, PowerShell's ``>``), by its
+    byte-order mark or, without one, by the NUL byte beside each ASCII character; else None.
+    Such a file holds NUL bytes, so without this check it would be called binary."""
+    for bom, name in _BOMS:
+        if data.startswith(bom):
+            return name
+    sample = data[:4096]
+    quarter = len(sample) // 4
+    if quarter < 2:
+        return None
+    # ASCII text: every other byte (UTF-16) or three bytes in four (UTF-32) are NUL.
+    zeros = [sample[k::4].count(0) for k in range(4)]
+    full = [z >= 0.9 * quarter for z in zeros]
+    if sum(full) == 3 and (not full[0] or not full[3]):
+        return "UTF-32"
+    if (full[0] and full[2] and not full[1] and not full[3]) or (
+        full[1] and full[3] and not full[0] and not full[2]
+    ):
+        return "UTF-16"
+    return None
+
+
+def wide_hint(name: str) -> str:
+    return f"save it as UTF-8, e.g. iconv -f {name.lower()} -t utf-8 IN > OUT"
+
+
 def decode(data: bytes, *, what: str) -> str:
-    """UTF-8 (a leading BOM is dropped); anything else names the first bad byte."""
+    """UTF-8 (a leading BOM is dropped); anything else names the first bad byte, and UTF-16
+    or UTF-32 text is named as such."""
+    wide = wide_encoding(data)
     try:
-        return data.decode("utf-8-sig")
+        if wide is None:
+            return data.decode("utf-8-sig")
+        data.decode("utf-8")  # no BOM: valid UTF-8 as far as bytes go, only its NULs tell
+        raise LoadError(
+            f"{what} is {wide} text, not UTF-8", hint=wide_hint(wide), reason="encoding", line=1
+        )
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
+        kind = f"; it is {wide}" if wide else ""
         raise LoadError(
-            f"{what} is not UTF-8 text (byte 0x{data[e.start]:02x} on line {line})",
-            hint="save it as UTF-8, e.g. iconv -f latin1 -t utf-8 IN > OUT",
+            f"{what} is not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}{kind})",
+            hint=wide_hint(wide)
+            if wide
+            else "save it as UTF-8, e.g. iconv -f latin1 -t utf-8 IN > OUT",
             reason="encoding",
             line=line,
         ) from None
@@ -130,6 +189,8 @@ def nesting_exceeds(value: Any, max_depth: int) -> bool:
     """True when parsed JSON/YAML ``value`` nests lists/dicts deeper than ``max_depth``.
     Iterative (no recursion to blow up) and proportional to the number of containers, not to
     the text: a 12 MB chat file with 60k objects takes ~30 ms."""
+    if not isinstance(value, (dict, list)):  # a row that is null, a number, a string
+        return False
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()

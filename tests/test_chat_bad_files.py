@@ -31,7 +31,7 @@ def _tc(calls: object) -> bytes:
 MESSAGES = [
     ("latin1", '[{"role": "user", "content": "café"}]'.encode("latin-1"), "is not UTF-8 text (byte 0xe9 at offset 33)"),
     ("cp1252", '[{"role": "user", "content": "“x”"}]'.encode("cp1252"), "is not UTF-8 text (byte 0x93"),
-    ("utf16", json.dumps(OK).encode("utf-16"), "is a binary file, not JSON"),
+    ("utf16", json.dumps(OK).encode("utf-16"), "is UTF-16 text, not UTF-8"),
     ("deep", DEEP, "nests lists/objects too deeply to parse"),
     ("deep-object", b'{"a":' * 50_000 + b"1" + b"}" * 50_000, "too deeply to parse"),
     ("nest150", NEST_150.encode(), "more than 100 levels deep"),

@@ -190,3 +190,85 @@ def test_tty_paths_use_rich(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "[[" not in r.stdout and "The answer is 6.<|im_end|>" in r.stdout
     r = cli("chat-template", "list")
     assert r.exit_code == 0 and "chatml" in r.stdout
+
+
+# ---------------------------------------------------------------- issue 33: --tools, UTF-16
+
+_TOOLS_HINT = "the file must hold a JSON list of tool schemas"
+
+
+@pytest.mark.parametrize(
+    ("content", "needle", "hint"),
+    [
+        (b"", "is empty", _TOOLS_HINT),
+        (b"  \n", "is empty", _TOOLS_HINT),
+        (b"{bad", "is not valid JSON", _TOOLS_HINT),
+        (b"[" * 100_000, "nests lists/objects too deeply", "a JSON list of tool schemas"),
+        (
+            b'[{"n": ' + b"7" * 5000 + b"}]",
+            "holds an integer of more than 4,300 digits",
+            _TOOLS_HINT,
+        ),
+        (b"5", "must be a JSON list of tool schemas, not int", '[{"type": "function"'),
+        (b'{"tools": "x"}', "must be a JSON list of tool schemas, not str", '[{"type": "function"'),
+        (b"[1]", "tool 0 is int 1, not an object (a tool schema)", '[{"type": "function"'),
+        (
+            b'[{"role": "user", "content": "hi"}]',
+            "tool 0 has a 'role': it is a chat message",
+            "--messages",
+        ),
+        (
+            json.dumps([{"type": "function"}]).encode("utf-16"),
+            "is UTF-16 text, not UTF-8",
+            "iconv -f utf-16",
+        ),
+    ],
+    ids=lambda x: x[:20] if isinstance(x, str) else None,
+)
+def test_tools_errors_speak_of_tools(
+    cli, tmp_path: Path, convo_file: Path, content: bytes, needle: str, hint: str
+) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_bytes(content)
+    r = cli(
+        "chat-template",
+        "render",
+        "--template",
+        "chatml",
+        "--messages",
+        str(convo_file),
+        "--tools",
+        str(tools),
+    )
+    lines = r.stderr.splitlines()
+    assert r.exit_code == 1 and len(lines) == 2, r.stderr
+    assert lines[0].startswith(f"error: --tools '{tools}'") and needle in lines[0], lines[0]
+    assert hint in lines[1] and "JSON conversation" not in r.stderr
+
+
+def test_utf16_messages_are_named_not_binary(cli, tmp_path: Path, monkeypatch) -> None:
+    import io
+    import sys
+
+    p = tmp_path / "chat.json"
+    p.write_bytes(json.dumps(CONVO).encode("utf-16"))
+    r = cli("chat-template", "render", "--template", "chatml", "--messages", str(p))
+    assert r.exit_code == 1 and "is UTF-16 text, not UTF-8" in r.stderr and "binary" not in r.stderr
+    stdin = io.TextIOWrapper(io.BytesIO(json.dumps(CONVO).encode("utf-16-le")))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    r = cli("chat-template", "render", "--template", "chatml", "--messages", "-")
+    assert r.exit_code == 1 and "--messages '-' (stdin) is UTF-16 text, not UTF-8" in r.stderr
+
+
+def test_a_long_tools_path_is_shortened(cli, convo_file: Path) -> None:
+    r = cli(
+        "chat-template",
+        "render",
+        "--template",
+        "chatml",
+        "--messages",
+        str(convo_file),
+        "--tools",
+        "t" * 5000,
+    )
+    assert r.exit_code == 1 and len(r.stderr.splitlines()[0]) < 300, r.stderr[:400]

@@ -195,7 +195,11 @@ def test_estimate_monotonic_in_model_size(
 @FAST
 @given(specs, setups())
 def test_sharded_model_states_never_above_stage0(spec: ModelSpec, s: est.Setup) -> None:
-    """params + grads + optimizer states per GPU at stages 1-3 <= stage 0, any offload."""
+    """params + grads + optimizer states per GPU at stages 1-3 <= stage 0, any offload; but LoRA
+    at ZeRO-3, whose adapters stay fp32 (DeepSpeed converts them without its bf16 cast), where
+    the adapters' bytes are compared at one dtype."""
+    if s.run.model.method == "lora" and s.zero.stage == 3:
+        s = dataclasses.replace(s, adapter_dtype="bf16")
     base = s.changed(stage=0, offload="none", offload_param="none")
     zero0 = est.estimate(spec, base).static
     sharded = est.estimate(spec, s).static

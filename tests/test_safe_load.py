@@ -256,3 +256,34 @@ def test_fuzz_counts() -> None:
         pytest.skip("run with the whole file to count")
     print("safe_load fuzz inputs:", _SEEN, "total", sum(_SEEN.values()))
     assert all(v > 0 for v in _SEEN.values())
+
+
+# ---------------------------------------------------------------- issue 33
+
+
+def test_wide_encodings_are_recognised() -> None:
+    from dojo.safe_load import wide_encoding
+
+    text = json.dumps({"messages": [{"role": "user", "content": "hi there"}]})
+    for enc, name in [("utf-16", "UTF-16"), ("utf-16-le", "UTF-16"), ("utf-16-be", "UTF-16"),
+                      ("utf-32", "UTF-32"), ("utf-32-le", "UTF-32"), ("utf-32-be", "UTF-32")]:  # fmt: skip
+        assert wide_encoding(text.encode(enc)) == name, enc
+    for data in (text.encode(), text.encode("latin-1"), b"\x00" * 100, bytes(range(256)) * 4, b"a"):
+        assert wide_encoding(data) is None
+    with pytest.raises(LoadError, match="is UTF-16 text, not UTF-8") as e:
+        load_json(text.encode("utf-16-le"), what="--check 'x'")
+    assert e.value.hint == "save it as UTF-8, e.g. iconv -f utf-16 -t utf-8 IN > OUT"
+
+
+def test_shorten_describes_integers_repr_refuses() -> None:
+    from dojo.safe_load import shorten
+
+    assert shorten(10**5000) == "<an integer of about 5,001 digits>"
+    assert shorten([1, 10**5000]) == "[1, <an integer of about 5,001 digits>]"
+    assert shorten({"a": 10**6000}).startswith("{'a': <an integer of about 6,001")
+    assert shorten(12) == "12" and shorten("x" * 100).endswith("...")
+
+
+@pytest.mark.parametrize("value", [None, 5, 2.5, True, "text"])
+def test_nesting_of_a_scalar_is_zero(value: Any) -> None:
+    assert not nesting_exceeds(value, 1)

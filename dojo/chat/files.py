@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dojo._io import file_kind
 from dojo.errors import DojoError
+from dojo.safe_load import shorten, wide_encoding, wide_hint
 
 MAX_FILE_BYTES = 64 * 2**20
 """Largest messages/tools/template file read (a 1M-token conversation is ~4 MB of JSON)."""
@@ -30,9 +31,9 @@ def stat_path(path: Path, flag: str, error: type[DojoError]) -> os.stat_result |
     except OSError as e:
         if e.errno == errno.ENOENT and not os.path.lexists(path):
             return None
-        raise error(f"{flag} {str(path)!r} {_why(e, path)}", hint=_HINT) from e
+        raise error(f"{flag} {shorten(str(path), 200)} {_why(e, path)}", hint=_HINT) from e
     except ValueError as e:  # an embedded NUL byte in the path
-        raise error(f"{flag} {str(path)!r} is not a valid path: {e}", hint=_HINT) from e
+        raise error(f"{flag} {shorten(str(path), 200)} is not a valid path: {e}", hint=_HINT) from e
 
 
 _HINT = "give the path of a readable regular file"
@@ -43,7 +44,9 @@ def _why(e: OSError, path: Path) -> str:
         return "is a symlink loop (a link that leads back to itself)"
     if e.errno == errno.ENOENT:
         try:
-            return f"is a broken symlink (to {os.readlink(path)!r}, which does not exist)"
+            return (
+                f"is a broken symlink (to {shorten(os.readlink(path), 200)}, which does not exist)"
+            )
         except OSError:
             return "does not exist"
     if e.errno in (errno.EACCES, errno.EPERM):
@@ -70,21 +73,30 @@ def read_text(
     what a binary file is not ("JSON", "a chat template")."""
     st = stat_path(path, flag, error)
     if st is None:
-        raise error(f"{flag} {str(path)!r} cannot be read: no such file", hint=f"give {what}")
+        raise error(
+            f"{flag} {shorten(str(path), 200)} cannot be read: no such file", hint=f"give {what}"
+        )
     if stat.S_ISDIR(st.st_mode):
         raise error(
-            f"{flag} {str(path)!r} cannot be read: it is a directory, not a file",
+            f"{flag} {shorten(str(path), 200)} cannot be read: it is a directory, not a file",
             hint=f"give {what}",
         )
     if regular_only and not stat.S_ISREG(st.st_mode):
         raise error(
-            f"{flag} {str(path)!r} is {kind_of(st.st_mode)}, not a regular file",
+            f"{flag} {shorten(str(path), 200)} is {kind_of(st.st_mode)}, not a regular file",
             hint=f"give {what} (save a pipe's output to a file first)",
         )
     data = _read_bytes(path, flag, error)
+    wide = wide_encoding(data)
+    if wide is not None:  # its NUL bytes would otherwise call it binary
+        raise error(
+            f"{flag} {shorten(str(path), 200)} is {wide} text, not UTF-8", hint=wide_hint(wide)
+        )
     if b"\x00" in data:  # a NUL byte means binary (git's and grep's rule)
-        raise error(f"{flag} {str(path)!r} is a binary file, not {noun}", hint=f"give {what}")
-    return decode(data, f"{flag} {str(path)!r}", error)
+        raise error(
+            f"{flag} {shorten(str(path), 200)} is a binary file, not {noun}", hint=f"give {what}"
+        )
+    return decode(data, f"{flag} {shorten(str(path), 200)}", error)
 
 
 def _read_bytes(path: Path, flag: str, error: type[DojoError]) -> bytes:
@@ -93,7 +105,7 @@ def _read_bytes(path: Path, flag: str, error: type[DojoError]) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise error(f"{flag} {str(path)!r} {_why(e, path)}", hint=_HINT) from e
+        raise error(f"{flag} {shorten(str(path), 200)} {_why(e, path)}", hint=_HINT) from e
     try:
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
@@ -107,19 +119,22 @@ def _read_bytes(path: Path, flag: str, error: type[DojoError]) -> bytes:
             size += len(chunk)
             if size > MAX_FILE_BYTES:
                 raise error(
-                    f"{flag} {str(path)!r} is larger than {MAX_FILE_BYTES >> 20} MiB",
+                    f"{flag} {shorten(str(path), 200)} is larger than {MAX_FILE_BYTES >> 20} MiB",
                     hint="one conversation or template is far smaller; is it the right file?",
                 )
             chunks.append(chunk)
         return b"".join(chunks)
     except OSError as e:
-        raise error(f"{flag} {str(path)!r} {_why(e, path)}", hint=_HINT) from e
+        raise error(f"{flag} {shorten(str(path), 200)} {_why(e, path)}", hint=_HINT) from e
     finally:
         os.close(fd)
 
 
 def decode(data: bytes, label: str, error: type[DojoError]) -> str:
     """UTF-8 text, or ``error`` naming the first bad byte and how to convert the file."""
+    wide = wide_encoding(data)
+    if wide is not None:
+        raise error(f"{label} is {wide} text, not UTF-8", hint=wide_hint(wide))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -12,6 +12,7 @@ import typer
 
 from dojo import _output
 from dojo.errors import DataError, DojoError, TemplateError
+from dojo.safe_load import clip, shorten
 
 chat_app = typer.Typer(
     no_args_is_help=True,
@@ -208,9 +209,13 @@ def _yn(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
+_HOLDS = {"--messages": "one JSON conversation", "--tools": "a JSON list of tool schemas"}
+
+
 def _read_json(arg: str, flag: str) -> Any:
     from dojo.chat import files
 
+    holds = _HOLDS.get(flag, "one JSON document")
     if arg == "-":
         raw = _read_stdin(flag)
     else:
@@ -223,20 +228,27 @@ def _read_json(arg: str, flag: str) -> Any:
             noun="JSON",
         )
     if not raw.strip():
-        raise DataError(f"{flag} {arg!r} is empty", hint="the file must hold one JSON conversation")
+        raise DataError(f"{flag} {shorten(arg, 200)} is empty", hint=f"the file must hold {holds}")
     if "\x00" in raw:  # a NUL byte means binary (git's and grep's rule)
-        raise DataError(f"{flag} {arg!r} is a binary file, not JSON", hint="give a .json file")
+        raise DataError(
+            f"{flag} {shorten(arg, 200)} is a binary file, not JSON", hint="give a .json file"
+        )
     try:
         return json.loads(raw)
     except RecursionError as e:
         raise DataError(
-            f"{flag} {arg!r} nests lists/objects too deeply to parse",
-            hint="a conversation nests a few levels deep (messages, content blocks, arguments)",
+            f"{flag} {shorten(arg, 200)} nests lists/objects too deeply to parse",
+            hint=f"the file must hold {holds}, a few levels deep",
         ) from e
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise DataError(
-            f"{flag} {arg!r} is not valid JSON: {e}",
-            hint="the file must hold one JSON conversation",
+            f"{flag} {shorten(arg, 200)} is not valid JSON: {clip(str(e), 200)}",
+            hint=f"the file must hold {holds}",
+        ) from e
+    except ValueError as e:  # json.loads past Python's int-string limit
+        raise DataError(
+            f"{flag} {shorten(arg, 200)} holds an integer of more than {sys.get_int_max_str_digits():,} digits",
+            hint=f"the file must hold {holds}; write such a number as a string",
         ) from e
 
 
@@ -283,7 +295,7 @@ def read_messages(arg: str) -> list[dict[str, Any]]:
     try:
         _fmt, msgs = to_messages(record)
     except DojoError as e:
-        raise DataError(f"--messages {arg!r}: {e.message}", hint=e.hint) from e
+        raise DataError(f"--messages {shorten(arg, 200)}: {e.message}", hint=e.hint) from e
     return msgs
 
 
@@ -294,11 +306,26 @@ def read_tools(arg: str | None) -> list[dict[str, Any]] | None:
     data = _read_json(arg, "--tools")
     if isinstance(data, dict) and "tools" in data:
         data = data["tools"]
-    if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
+    example = (
+        'e.g. [{"type": "function", "function": {"name": "get_weather", "parameters": {...}}}]'
+    )
+    if not isinstance(data, list):
         raise DataError(
-            f"--tools {arg!r} must be a JSON list of tool schemas",
-            hint='e.g. [{"type": "function", "function": {"name": "get_weather", "parameters": {...}}}]',
+            f"--tools {shorten(arg, 200)} must be a JSON list of tool schemas, not {type(data).__name__}",
+            hint=example,
         )
+    for i, tool in enumerate(data):
+        if not isinstance(tool, dict):
+            raise DataError(
+                f"--tools {shorten(arg, 200)}: tool {i} is {type(tool).__name__} {shorten(tool)}, not an "
+                "object (a tool schema)",
+                hint=example,
+            )
+        if "role" in tool and "function" not in tool:
+            raise DataError(
+                f"--tools {shorten(arg, 200)}: tool {i} has a 'role': it is a chat message, not a tool schema",
+                hint="give the conversation with --messages and the tool schemas with --tools",
+            )
     return data
 
 
@@ -310,7 +337,7 @@ def parse_vars(items: list[str] | None) -> dict[str, Any]:
         key = key.strip()
         if not sep or not key.isidentifier():
             raise DojoError(
-                f"--var {item!r} is not KEY=VALUE with KEY a name",
+                f"--var {shorten(item)} is not KEY=VALUE with KEY a name",
                 hint="e.g. --var enable_thinking=false --var date_string='26 Jul 2024'",
             )
         try:

@@ -1,6 +1,6 @@
 """`dojo train`: check everything, write the run's config files, launch DeepSpeed's runner.
 
-Every option comes from the catalogue (dojo.run.catalog) and defaults to "not given", so a
+Every option comes from the run schema (dojo.run.schema) and defaults to "not given", so a
 --config file value is never silently overridden.
 """
 

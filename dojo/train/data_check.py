@@ -50,23 +50,42 @@ def looks_like_csv(first_line: str) -> bool:
 # ---- Parquet -------------------------------------------------------------------------------
 
 
-def check_csv(path: Path, ref: str, validate: Any = None, cols: Any = None) -> None:
-    """Header names a format's columns; >= 1 valid row among the first SAMPLE_ROWS. Reads only
-    those rows (the worker reads the file with `datasets`' csv builder)."""
+def check_csv(
+    path: Path, ref: str, validate: Any = None, cols: Any = None, count: Any = None
+) -> None:
+    """Header names a format's columns; >= 1 valid row among the first SAMPLE_ROWS. Without
+    ``count`` it reads only those rows (the worker reads the file with `datasets`' csv
+    builder); ``count(source, record)`` is then called for every row, streamed (the
+    preflight's tally, so "valid rows" counts a CSV file's rows too)."""
     import csv
     import itertools
 
+    _refuse_wide(path, ref)
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
-            records = [dict(r) for r in itertools.islice(reader, SAMPLE_ROWS)]
+            rows = ((reader.line_num, dict(r)) for r in reader)
+            sample = list(itertools.islice(rows, SAMPLE_ROWS))
             names = list(reader.fieldnames or [])
+            _check_table(ref, "CSV", names, [r for _, r in sample], validate, cols)
+            if count is not None:
+                for line, record in itertools.chain(sample, rows):
+                    count(f"{ref}:{line}", record)
     except (UnicodeDecodeError, csv.Error) as e:
         raise DataError(
             f"--data {ref}: cannot read the CSV file ({e})",
             hint="save it as UTF-8 CSV with a header",
         ) from None
-    _check_table(ref, "CSV", names, records, validate, cols)
+
+
+def _refuse_wide(path: Path, ref: str) -> None:
+    """UTF-16 is what Excel's "Unicode text" writes: say so, not "cannot decode byte 0xff"."""
+    from dojo.safe_load import wide_encoding, wide_hint
+
+    with path.open("rb") as f:
+        wide = wide_encoding(f.read(4096))
+    if wide is not None:
+        raise DataError(f"--data {ref} is {wide} text, not UTF-8", hint=wide_hint(wide))
 
 
 def _check_table(
@@ -84,10 +103,12 @@ def _check_table(
         _first_valid(records, ref, validate)
 
 
-def check_parquet(path: Path, ref: str, validate: Any = None, cols: Any = None) -> None:
+def check_parquet(
+    path: Path, ref: str, validate: Any = None, cols: Any = None, count: Any = None
+) -> None:
     """PAR1 at both ends; with pyarrow: a format's columns (after ``cols`` {source: target}
     renames) and >= 1 valid row among the first SAMPLE_ROWS (``validate(record)`` raises
-    DojoError for a bad one)."""
+    DojoError for a bad one); ``count(source, record)`` as in check_csv, batch by batch."""
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(4)
@@ -119,6 +140,19 @@ def check_parquet(path: Path, ref: str, validate: Any = None, cols: Any = None) 
             hint="the file is damaged: export it again",
         ) from None
     _check_table(ref, "Parquet", names, records, validate, cols)
+    if count is None:
+        return
+    try:
+        i = 0
+        for batch in pf.iter_batches(batch_size=1024):
+            for record in batch.to_pylist():
+                count(f"{ref}[{i}]", record)
+                i += 1
+    except Exception as e:  # a damaged page past the first batch
+        raise DataError(
+            f"--data {ref}: cannot read the Parquet file ({type(e).__name__}: {e})",
+            hint="the file is damaged: export it again",
+        ) from None
 
 
 def _first_valid(records: list[Any], ref: str, validate: Any) -> None:

@@ -91,9 +91,9 @@ def build_command(
     if run.devices.hostfile is not None:
         # Multi-node: the hostfile lists the machines and their slots; --include would clash
         # with --num_nodes ("Cannot specify num_nodes/gpus with include/exclude").
-        cmd += ["--hostfile", str(run.devices.hostfile)]
-        if run.devices.num_nodes > 1:
-            cmd += ["--num_nodes", str(run.devices.num_nodes)]
+        # --num_nodes always: without it the runner starts on every machine listed, whatever
+        # number of machines the run (batch size, estimate) was planned for.
+        cmd += ["--hostfile", str(run.devices.hostfile), "--num_nodes", str(run.devices.num_nodes)]
         if run.devices.master_addr is not None:
             cmd += ["--master_addr", run.devices.master_addr]
     else:

@@ -18,6 +18,7 @@ from dojo.errors import DataError, EstimateError, LaunchError, MissingExtraError
 from dojo.run.groups.devices import DeviceOptions
 from dojo.run.machine import Machine, assumed_cuda, host_memory_gib, local
 from dojo.run.run import Run
+from dojo.safe_load import shorten
 from dojo.train import checkpoints
 from dojo.train.launch import Devices
 
@@ -75,17 +76,20 @@ def place(
             f"--num-nodes {opts.num_nodes} needs --hostfile FILE listing the machines",
             hint="see DeepSpeed's hostfile format: one 'host slots=N' line per machine",
         )
+    if opts.hostfile is not None:
+        if gpus not in (None, "all"):
+            raise LaunchError(
+                f"--gpus {shorten(gpus)} with --hostfile: the hostfile's slots= choose the GPUs "
+                "per machine",
+                hint="drop --gpus, or edit slots= in the hostfile",
+            )
+        notes += _hostfile_notes(opts.hostfile, opts.num_nodes)
     if nproc is not None:
         return _cpu(), Devices("cpu", tuple(range(nproc))), notes
     here = sorted(g.index for g in present)
     if present:
         machine = local(present)
     if opts.hostfile is not None:
-        if gpus not in (None, "all"):
-            raise LaunchError(
-                f"--gpus {gpus} with --hostfile: the hostfile's slots= choose the GPUs per machine",
-                hint="drop --gpus, or edit slots= in the hostfile",
-            )
         return (machine if present else assumed_cuda()), Devices("cuda", tuple(here)), notes
     if gpus is None and num is None:
         if not present:
@@ -98,6 +102,8 @@ def place(
                 hint=f"use --num-gpus {len(here)} or fewer, or --gpus to name them",
             )
         ids = tuple(here[:num]) if present else tuple(range(num))
+    elif gpus is None:  # unreachable: neither flag was handled above
+        raise AssertionError("place: no --gpus and no --num-gpus")
     elif present:
         ids = gpus_mod.parse_gpus(gpus, here)
     else:
@@ -106,9 +112,9 @@ def place(
                 "--gpus all: no NVIDIA GPU found",
                 hint="name them (--gpus 0,1) to plan with --dry-run, or use --nproc N on the CPU",
             )
-        ids = gpus_mod.parse_gpus(gpus, list(range(65536)))  # syntax only: nothing is here
+        ids = gpus_mod.parse_gpus(gpus, None)  # syntax only: nothing is here
     if not present:
-        shown = f"--gpus {gpus}" if gpus is not None else f"--num-gpus {num}"
+        shown = f"--gpus {shorten(gpus)}" if gpus is not None else f"--num-gpus {num}"
         if not dry_run:
             raise LaunchError(
                 f"{shown}: no NVIDIA GPU on this machine",
@@ -121,6 +127,21 @@ def place(
     # The verdict is against the smallest of the GPUs the run uses, not of all on the machine.
     smallest = min(g.memory_gib for g in present if g.index in ids)
     return replace(machine, gpu_memory_gib=smallest), Devices("cuda", ids), notes
+
+
+def _hostfile_notes(path: str, num_nodes: int) -> list[str]:
+    """The hostfile is read here, before launch: DeepSpeed's runner takes a missing one for
+    "this machine only" and a bad line for a traceback after launch."""
+    from dojo.train import hostfile
+
+    hosts = hostfile.read_hostfile(path)
+    hostfile.check_nodes(hosts, num_nodes, path)
+    if len(hosts) > num_nodes:
+        return [
+            f"note: --hostfile lists {len(hosts)} machines; this run uses the first {num_nodes} "
+            f"(--num-nodes {num_nodes})"
+        ]
+    return []
 
 
 def _cpu() -> Machine:
@@ -270,7 +291,7 @@ def check_data(
             raise
         raise DataError(flag + e.message[len("--data") :], hint=e.hint) from None
     info: dict[str, Any] = {
-        "valid": len(report.rows),
+        "valid": report.valid,
         "bad": len(report.bad),
         "passthrough": list(report.passthrough),
         "summary": report.summary(),

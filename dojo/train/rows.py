@@ -26,14 +26,17 @@ row the template refuses (e.g. roles that do not alternate) is a bad row too.
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dojo import safe_load
+from dojo._io import file_kind
 from dojo.chat.conversation import FORMATS, Message, PlainText, to_example
 from dojo.errors import DataError, DojoError
+from dojo.safe_load import clip
 from dojo.train import data_check, sources
 
 ROW_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -45,6 +48,11 @@ _TABLE_SUFFIXES = (".tsv",)
 Example = list[Message] | PlainText
 """What a valid row becomes: messages (rendered with the chat template) or plain text."""
 _SNIFF_BYTES = 8192  # a NUL byte in the first 8 KiB means binary, as git and grep decide
+MAX_FILE_BYTES = 4 << 30
+"""A .jsonl/.json file is read whole (by the preflight, then by every rank): 4 GiB of JSON is
+some 40 GiB of Python objects. Larger data goes in several files."""
+MAX_ROW_CHARS = 64 << 20
+"""Characters in one JSON-lines row: a 1M-token conversation is ~4 MB of JSON (dojo.chat.files)."""
 
 
 @dataclass(frozen=True)
@@ -54,10 +62,16 @@ class RowsReport:
     format_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FORMATS, 0))
     passthrough: list[str] = field(default_factory=list)
 
+    @property
+    def valid(self) -> int:
+        """Valid rows: those in ``rows`` and the Parquet/CSV rows the preflight counted (the
+        worker reads those files itself, so they are counted here, not kept)."""
+        return sum(self.format_counts.values())
+
     def summary(self, limit: int = 5) -> str:
         """One line for the user, plus the first ``limit`` bad rows."""
         fmts = ", ".join(f"{k} {v}" for k, v in self.format_counts.items() if v)
-        lines = [f"{len(self.rows)} valid rows ({fmts or 'none'}), {len(self.bad)} bad"]
+        lines = [f"{self.valid} valid rows ({fmts or 'none'}), {len(self.bad)} bad"]
         lines += [f"  skipped {src}: {why}" for src, why in self.bad[:limit]]
         if len(self.bad) > limit:
             lines.append(f"  ... and {len(self.bad) - limit} more bad rows")
@@ -81,6 +95,7 @@ def read_rows(
     template: Any = None,
     hub_check: bool | None = None,
     columns: dict[str, str] | None = None,
+    count_tables: bool | None = None,
 ) -> RowsReport:
     """Every row of every local JSON file (see module docstring). ``paths`` are --data values
     (dojo.train.sources: files, folders, Hub datasets, =WEIGHT); ``columns`` {source: target}
@@ -89,12 +104,15 @@ def read_rows(
 
     ``hub_check``: ask the cache/Hub whether a Hub id can be read; None = only outside a
     launched rank (LOCAL_RANK unset): the launcher checked before launch, ranks need not ask.
+    ``count_tables``: validate every Parquet/CSV row into the counts (``valid``, ``bad``);
+    None = outside a launched rank, as for hub_check (ranks read those rows with `datasets`).
     """
     report = RowsReport()
     if not paths:
         raise DataError("--data: no data file given", hint="pass --data FILE.jsonl (or a Hub id)")
-    if hub_check is None:
-        hub_check = os.environ.get("LOCAL_RANK") is None
+    outside_rank = os.environ.get("LOCAL_RANK") is None
+    hub_check = outside_rank if hub_check is None else hub_check
+    count_tables = outside_rank if count_tables is None else count_tables
     cols = columns or {}
     for spec in paths:
         src = sources.parse(spec)
@@ -104,21 +122,32 @@ def read_rows(
             report.passthrough.append(src.key())
             continue
         for ref in src.files:
-            _read_file(report, ref, template, cols)
+            _read_file(report, ref, template, cols, count_tables)
     return report
 
 
-def _read_file(report: RowsReport, ref: str, template: Any, cols: dict[str, str]) -> None:
+def _read_file(
+    report: RowsReport, ref: str, template: Any, cols: dict[str, str], count_tables: bool
+) -> None:
     def validate(record: Any) -> Any:
         return validate_record(sources.rename(record, cols))
 
+    def count(source: str, record: Any) -> None:
+        try:
+            fmt, _ = validate(record)
+        except DojoError as e:
+            report.bad.append((source, e.message))
+            return
+        report.format_counts[fmt] += 1
+
+    tally = count if count_tables else None
     path = _check_file(ref)
     if path.suffix.lower() == ".csv":
-        data_check.check_csv(path, ref, validate, cols)
+        data_check.check_csv(path, ref, validate, cols, tally)
         report.passthrough.append(ref)
         return
     if path.suffix.lower() in PASSTHROUGH_SUFFIXES:
-        data_check.check_parquet(path, ref, validate, cols)
+        data_check.check_parquet(path, ref, validate, cols, tally)
         report.passthrough.append(ref)
         return
     try:
@@ -129,6 +158,9 @@ def _read_file(report: RowsReport, ref: str, template: Any, cols: dict[str, str]
             hint='each row is one object: {"messages": [{"role": ..., "content": ...}]}',
         ) from None
     for source, record in records:
+        if isinstance(record, Unreadable):
+            report.bad.append((source, record.reason))
+            continue
         nested = safe_load.nesting_exceeds(record, safe_load.MAX_DEPTH)
         if nested:
             report.bad.append((source, f"nested deeper than {safe_load.MAX_DEPTH} levels"))
@@ -178,27 +210,91 @@ def _has_text(content: Any) -> bool:
 
 
 def _check_file(ref: str) -> Path:
+    """A regular file with a suffix dojo reads. stat() before open(): a FIFO would block the
+    open (and the preflight) forever, /dev/zero and /dev/urandom never end."""
     path = Path(ref).expanduser()
-    if not path.exists():
-        raise DataError(f"--data {ref}: no such file", hint="check the path (or give a Hub id)")
+    shown = clip(ref, 200)  # the OS refuses long names: ENAMETOOLONG below, with the value
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            raise DataError(
+                f"--data {shown}: a broken symbolic link (to {os.readlink(path)!r})",
+                hint="point the link at the data file, or give the file's own path",
+            ) from None
+        raise DataError(
+            f"--data {shown}: no such file", hint="check the path (or give a Hub id)"
+        ) from None
+    except (OSError, ValueError) as e:  # ELOOP, EACCES, ENAMETOOLONG, a NUL byte in the path
+        raise DataError(
+            f"--data {shown}: cannot read it ({getattr(e, 'strerror', None) or e})",
+            hint="give the path of a readable data file",
+        ) from None
+    kind = file_kind(st.st_mode)
+    if kind is not None:
+        raise DataError(
+            f"--data {shown} is {kind}, not a regular file",
+            hint="save the data to a regular .jsonl, .json, .parquet or .csv file first",
+        )
     suffix = path.suffix.lower()
     if suffix in _TABLE_SUFFIXES:
-        raise DataError(f"--data {ref}: CSV/TSV is not read by dojo", hint=data_check.CSV_HINT)
+        raise DataError(f"--data {shown}: CSV/TSV is not read by dojo", hint=data_check.CSV_HINT)
     if suffix not in ROW_SUFFIXES + PASSTHROUGH_SUFFIXES:
         raise DataError(
-            f"--data {ref}: unsupported file type {suffix or '(no extension)'!r}",
+            f"--data {shown}: unsupported file type {suffix or '(no extension)'!r}",
             hint="use .jsonl (one conversation per line), .json or .parquet",
         )
     return path
 
 
-def _read_text(path: Path, ref: str) -> str:
+def _read_bytes(path: Path, ref: str) -> bytes:
+    """At most MAX_FILE_BYTES; O_NONBLOCK, so a path swapped for a FIFO since the stat() in
+    _check_file cannot block the open either."""
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if file_kind(st.st_mode) is not None:
+                raise DataError(f"--data {ref} is {file_kind(st.st_mode)}, not a regular file")
+            if st.st_size > MAX_FILE_BYTES:
+                raise _too_large(ref, st.st_size)
+            # read(n) allocates n bytes up front: ask for the size stat() gave, then for what
+            # a file still being written grew by, never past the limit.
+            chunks = [f.read(st.st_size + 1)]
+            size = len(chunks[0])
+            while size > st.st_size and size <= MAX_FILE_BYTES:
+                chunk = f.read(min(1 << 24, MAX_FILE_BYTES + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
     except OSError as e:
-        raise DataError(f"--data {ref}: cannot read: {e.strerror}") from e
+        raise DataError(f"--data {ref}: cannot read: {e.strerror}") from None
+    except MemoryError:
+        raise DataError(
+            f"--data {ref}: {path.stat().st_size:,} bytes do not fit in this machine's memory",
+            hint="split it into smaller files, or use a machine with more memory",
+        ) from None
+    if size > MAX_FILE_BYTES:
+        raise _too_large(ref, size)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(ref: str, size: int) -> DataError:
+    return DataError(
+        f"--data {ref} is {size:,} bytes; dojo reads a JSON file whole, up to "
+        f"{MAX_FILE_BYTES >> 30} GiB",
+        hint="split it into smaller files and pass their folder (--data DIR)",
+    )
+
+
+def _read_text(path: Path, ref: str) -> str:
+    raw = _read_bytes(path, ref)
     if not raw.strip():
         raise DataError(f"--data {ref} is empty", hint="it needs one conversation per line")
+    wide = safe_load.wide_encoding(raw)
+    if wide is not None:
+        raise DataError(f"--data {ref} is {wide} text, not UTF-8", hint=safe_load.wide_hint(wide))
     if b"\x00" in raw[:_SNIFF_BYTES]:
         raise DataError(f"--data {ref} is a binary file, not JSON", hint="use .jsonl or .json")
     try:
@@ -209,6 +305,19 @@ def _read_text(path: Path, ref: str) -> str:
         ) from e
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A row that is JSON but cannot be read into Python: one bad row, not a fatal error."""
+
+    reason: str
+
+
+def _long_int(_e: ValueError) -> Unreadable:
+    # json.loads raises a plain ValueError past Python's int-string limit (4,300 digits).
+    limit = sys.get_int_max_str_digits()
+    return Unreadable(f"holds an integer of more than {limit:,} digits, not a value a row uses")
+
+
 def _records(path: Path, ref: str) -> list[tuple[str, Any]]:
     text = _read_text(path, ref)
     name = str(ref)
@@ -216,14 +325,17 @@ def _records(path: Path, ref: str) -> list[tuple[str, Any]]:
         first = text.lstrip()[:1]
         if first == "[":
             return _json_array(text, name)
+        where = f"{name}:{_line_of(text, len(text) - len(text.lstrip()))}"
         try:
-            return [(f"{name}:{_line_of(text, len(text) - len(text.lstrip()))}", json.loads(text))]
+            return [(where, json.loads(text))]
         except json.JSONDecodeError as e:
             if not _first_line_is_json(text):  # not JSON lines either: report the document's error
                 raise DataError(
                     f"--data {name}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno})",
                     hint=_not_json_hint(name, e.lineno, text.split("\n", 1)[0]),
                 ) from e
+        except ValueError as e:
+            return [(where, _long_int(e))]
     return _json_lines(text, name)
 
 
@@ -233,13 +345,20 @@ def _first_line_is_json(text: str) -> bool:
         json.loads(line)
     except json.JSONDecodeError:
         return False
+    except ValueError:  # JSON, with an integer too long for Python
+        return True
     return True
 
 
 def _json_lines(text: str, name: str) -> list[tuple[str, Any]]:
-    out = []
+    out: list[tuple[str, Any]] = []
     for n, line in jsonl_lines(text):
         if not line.strip():
+            continue
+        if len(line) > MAX_ROW_CHARS:
+            out.append((f"{name}:{n}", Unreadable(
+                f"a row of {len(line):,} characters; more than {MAX_ROW_CHARS:,} is not one "
+                "conversation")))  # fmt: skip
             continue
         try:
             out.append((f"{name}:{n}", json.loads(line)))
@@ -248,6 +367,8 @@ def _json_lines(text: str, name: str) -> list[tuple[str, Any]]:
                 f"--data {name}:{n}: not valid JSON ({e.msg}, column {e.colno})",
                 hint=_not_json_hint(name, n, line),
             ) from e
+        except ValueError as e:
+            out.append((f"{name}:{n}", _long_int(e)))
     return out
 
 
@@ -269,7 +390,12 @@ def _json_array(text: str, name: str) -> list[tuple[str, Any]]:
             pos = _skip_ws(text, pos)
             if text.startswith("]", pos):
                 break
-            value, end = decoder.raw_decode(text, pos)
+            try:
+                value, end = decoder.raw_decode(text, pos)
+            except json.JSONDecodeError:
+                raise
+            except ValueError as e:  # an integer past Python's limit: skip this element only
+                value, end = _long_int(e), _LENIENT.raw_decode(text, pos)[1]
             out.append((f"{name}:{_line_of(text, pos)}", value))
             pos = _skip_ws(text, end)
             if text.startswith(",", pos):
@@ -285,6 +411,10 @@ def _json_array(text: str, name: str) -> list[tuple[str, Any]]:
         line = _line_of(text, pos + 1)
         raise DataError(f"--data {name}:{line}: not valid JSON (extra data after the array)")
     return out
+
+
+# Finds where an element with a too-long integer ends: parse_int=len never converts digits.
+_LENIENT = json.JSONDecoder(parse_int=len)
 
 
 def _skip_ws(text: str, pos: int) -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dojo.errors import DataError
+from dojo.safe_load import clip, shorten
 
 FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".csv")
 """Files a folder contributes (and files --data reads)."""
@@ -39,7 +40,7 @@ COLUMN_TARGETS = (
 _HUB = re.compile(
     r"(?P<name>[A-Za-z0-9][\w.-]*/[\w.-]+)(?::(?P<subset>[\w.-]+))?(?:@(?P<split>[\w.:%+\[\]-]+))?"
 )
-_WEIGHT = re.compile(r"(?P<spec>.+)=(?P<w>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
+_NUMBER = re.compile(r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?")
 _SYNTAX = "PATH, OWNER/NAME[:SUBSET][@SPLIT], optionally =WEIGHT (e.g. a.jsonl=0.7)"
 
 
@@ -62,38 +63,68 @@ class Source:
         return self.name if self.kind == "file" else self.spec.rsplit("=", 1)[0]
 
 
+def on_disk(text: str) -> bool:
+    """Something exists at this path; False for a name the OS refuses (too long, NUL byte)."""
+    try:
+        return Path(text).expanduser().exists()
+    except (OSError, ValueError):
+        return False
+
+
 def is_hub_spec(text: str) -> bool:
     """OWNER/NAME[:SUBSET][@SPLIT] that is not a local path."""
-    if Path(text).expanduser().exists() or text.startswith((".", "/", "~")):
+    if text.startswith((".", "/", "~")) or on_disk(text):
         return False
     m = _HUB.fullmatch(text)
     return m is not None and not m["name"].lower().endswith(FILE_SUFFIXES + (".tsv",))
 
 
+def _weight(text: str, spec: str, flag: str) -> tuple[str, float | None]:
+    """(the source, its weight or None) for a --data value; ``text`` is it stripped.
+
+    ``=`` starts a weight unless the whole value is a path on disk (a Hive folder ``part=1``).
+    What follows the last ``=`` is refused, not taken for part of a path, when it reads as a
+    number to Python (-1, nan, inf, 1e400) or when what precedes it exists: ``a.jsonl=-1``
+    names a bad weight, not a missing file."""
+    source, eq, raw = text.rpartition("=")
+    if not eq or not source or on_disk(text):
+        return text, None
+    if _NUMBER.fullmatch(raw):
+        weight: float | None = float(raw)
+    else:
+        try:
+            float(raw)
+        except ValueError:
+            if not (on_disk(source) or is_hub_spec(source)):
+                return text, None  # no weight: a path with "=" in it (reported missing later)
+        weight = None
+    if weight is None or not (weight > 0 and math.isfinite(weight)):
+        raise DataError(
+            f"{flag} {clip(spec, 100)}: weight {clip(raw)} must be a positive number",
+            hint="a weight is a positive number, relative to the others: "
+            "--data a.jsonl=0.7 --data b.jsonl=0.3",
+        )
+    return source, weight
+
+
 def parse(spec: str, flag: str = "--data") -> Source:
     """One --data value -> Source (files of a folder listed); DataError naming the flag."""
-    text, weight = spec.strip(), None
+    text = spec.strip()
     if not text:
         raise DataError(f"{flag} {spec!r}: empty", hint=f"give {_SYNTAX}")
-    m = _WEIGHT.fullmatch(text)
-    if m and not Path(text).expanduser().exists():
-        text, weight = m["spec"], float(m["w"])
-        if not (weight > 0 and math.isfinite(weight)):
-            raise DataError(
-                f"{flag} {spec}: weight {m['w']} must be a positive number", hint=f"give {_SYNTAX}"
-            )
+    text, weight = _weight(text, spec, flag)
     if is_hub_spec(text):
         h = _HUB.fullmatch(text)
         assert h is not None
         return Source(spec, "hub", h["name"], (), h["subset"], h["split"] or "train", weight)
     path = Path(text).expanduser()
-    if path.is_dir():
+    if on_disk(text) and path.is_dir():
         files = sorted(
             str(p) for p in path.iterdir() if p.is_file() and p.suffix.lower() in FILE_SUFFIXES
         )
         if not files:
             raise DataError(
-                f"{flag} {spec}: the folder holds no {'/'.join(FILE_SUFFIXES)} file",
+                f"{flag} {clip(spec, 200)}: the folder holds no {'/'.join(FILE_SUFFIXES)} file",
                 hint="put the data files directly in it, or pass a file",
             )
         return Source(spec, "file", text, tuple(files), weight=weight)
@@ -115,8 +146,8 @@ def parse_all(
             )
         if len(ratios) != len(sources):
             raise DataError(
-                f"--data-ratios {','.join(map(str, ratios))}: {len(ratios)} ratio(s) for "
-                f"{len(sources)} --data source(s)",
+                f"--data-ratios {shorten(','.join(map(str, ratios)))}: {len(ratios)} ratio(s) "
+                f"for {len(sources)} --data source(s)",
                 hint="give one ratio per --data, in order",
             )
         inline = list(ratios)
@@ -125,14 +156,31 @@ def parse_all(
     if any(w is None for w in inline):
         missing = next(s.spec for s, w in zip(sources, inline, strict=True) if w is None)
         raise DataError(
-            f"{flag} {missing}: no mixing weight while other sources have one",
+            f"{flag} {clip(missing, 200)}: no mixing weight while other sources have one",
             hint="give every source a weight (a.jsonl=0.7 b.parquet=0.3) or none",
         )
-    total = sum(w for w in inline if w is not None)
+    given = [w for w in inline if w is not None]
+    shares = normalise(given)
+    for s, w, share in zip(sources, inline, shares, strict=True):
+        if share <= 0:
+            raise DataError(
+                f"{flag} {clip(s.spec, 200)}: weight {w:g} is too small next to {max(given):g} "
+                "(its share rounds to 0)",
+                hint="give weights of a similar scale, e.g. a.jsonl=0.7 b.jsonl=0.3",
+            )
     return [
-        Source(s.spec, s.kind, s.name, s.files, s.subset, s.split, (w or 0.0) / total)
-        for s, w in zip(sources, inline, strict=True)
+        Source(s.spec, s.kind, s.name, s.files, s.subset, s.split, share)
+        for s, share in zip(sources, shares, strict=True)
     ]
+
+
+def normalise(weights: list[float]) -> list[float]:
+    """Weights -> shares summing to 1. Each is divided by the largest first: 1e308 + 1e308
+    overflows to inf, 1 + 1 does not."""
+    top = max(weights)
+    scaled = [w / top for w in weights]
+    total = sum(scaled)
+    return [w / total for w in scaled]
 
 
 def parse_ratios(text: Any) -> tuple[float, ...]:
@@ -143,12 +191,14 @@ def parse_ratios(text: Any) -> tuple[float, ...]:
     out = []
     for item in items:
         try:
-            w = float(str(item).strip())
-        except ValueError:
+            w = float(item) if isinstance(item, (int, float)) else float(str(item).strip())
+        except (ValueError, OverflowError):  # OverflowError: an int past float's range
             w = -1.0
         if not (w > 0 and math.isfinite(w)):
             raise DataError(
-                f"--data-ratios {text}: {str(item).strip()!r} is not a positive number",
+                f"--data-ratios {clip(text, 200) if isinstance(text, str) else shorten(text, 200)}: "
+                f"{shorten(item if isinstance(item, (int, float)) else str(item).strip())} is not a "
+                "positive number",
                 hint="e.g. --data-ratios 0.7,0.3 (one per --data, in order)",
             )
         out.append(w)

@@ -4,7 +4,8 @@ Pure: stdlib only. Example: ``dojo config --check ds_config.json``.
 
 Key sets are copied from DeepSpeed 0.19.8's pydantic models (runtime/zero/config.py,
 offload_config.py, precision_config.py) and runtime/config.py; tests/test_zero_deepspeed.py
-compares them with the installed DeepSpeed so drift shows up as a failing test.
+compares them with the installed DeepSpeed so drift shows up as a failing test. The type of
+each known key's value is dojo.zero.shapes' (checked against DeepSpeed by tests/test_zero_shapes.py).
 """
 
 import difflib
@@ -14,7 +15,9 @@ from typing import Any
 
 from dojo.errors import ConfigError
 from dojo.safe_load import clip, shorten
+from dojo.zero.blocks import TORCH_SCHEDULERS
 from dojo.zero.explain import precedence_warnings
+from dojo.zero.shapes import problems
 
 
 def _keys(words: str) -> frozenset[str]:
@@ -184,10 +187,24 @@ def check_config(ds: dict[str, Any]) -> list[Finding]:
     _unknown_keys(ds, "", out)
     unknown = {f.where for f in out}
     _autos(ds, "", out, skip=unknown)
+    out.extend(Finding(level, where, msg) for level, where, msg in problems(ds))
     zero = ds.get("zero_optimization")
     zero = zero if isinstance(zero, dict) else {}
     _combos(ds, zero, out)
     out.extend(Finding("warning", where, msg) for where, msg in precedence_warnings(ds))
+    return _first_error_per_key(out)
+
+
+def _first_error_per_key(findings: list[Finding]) -> list[Finding]:
+    """One error per key: a value of the wrong type is not also "not a number of elements"."""
+    seen: set[str] = set()
+    out = []
+    for f in findings:
+        if f.level == "error":
+            if f.where in seen:
+                continue
+            seen.add(f.where)
+        out.append(f)
     return out
 
 
@@ -226,7 +243,11 @@ def _join(where: str, key: str) -> str:
 
 
 def _check_type(name: str, section: str, names: tuple[str, ...], out: list[Finding]) -> None:
-    if name.lower() in (n.lower() for n in names):
+    # DeepSpeed lower-cases an optimizer's name; a scheduler's is an attribute name
+    # (hasattr(lr_schedules, type), else torch.optim.lr_scheduler): its case counts.
+    if section == "optimizer" and name.lower() in (n.lower() for n in names):
+        return
+    if section == "scheduler" and name in names + TORCH_SCHEDULERS:
         return
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(names)}"

@@ -225,3 +225,51 @@ def test_cli_yaml_columns_and_bad_flags_refused_before_launch(cli: Any, tmp_path
         lines = r.stderr.splitlines()
         assert r.exit_code == 1 and lines[0].startswith(first), r.stderr
         assert len(lines) == 2 and lines[1].startswith("hint: ")
+
+
+# ---------------------------------------------------------------- issue 33: weights' edge cases
+
+
+@pytest.mark.parametrize(
+    "weight", ["-1", "nan", "inf", "-inf", "1e400", "0", "0x10", "abc", "", "1" * 5000, "٣"]
+)
+def test_a_bad_weight_is_named(weight: str, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "a.jsonl", [GOOD])
+    with pytest.raises(DataError) as e:
+        sources.parse_all([f"a.jsonl={weight}", "b.jsonl=1"])
+    assert (
+        e.value.message.startswith("--data a.jsonl=")
+        and "must be a positive number" in e.value.message
+    )
+    assert "no mixing weight" not in e.value.message and len(e.value.message) < 300
+    assert e.value.hint and "relative" in e.value.hint
+
+
+def test_huge_weights_do_not_overflow() -> None:
+    mixed = sources.parse_all(["a.jsonl=1e308", "b.jsonl=1e308", "c.jsonl=5e307"])
+    assert [s.weight for s in mixed] == [0.4, 0.4, 0.2]
+    assert [s.weight for s in sources.parse_all(["a.jsonl", "b.jsonl"], ratios=(1e308, 1e308))] == [
+        0.5,
+        0.5,
+    ]
+    assert sources.normalise([1e-300, 1e-300]) == [0.5, 0.5]
+
+
+def test_a_share_that_rounds_to_zero_is_refused() -> None:
+    with pytest.raises(DataError, match="a.jsonl=1e-320: weight .* is too small next to 1e\\+308"):
+        sources.parse_all(["a.jsonl=1e-320", "b.jsonl=1e308"])
+
+
+def test_ratios_that_are_not_numbers() -> None:
+    for bad in ([10**5000, 1], ["nan", 1], [-1, 1], [True, "x"]):
+        with pytest.raises(DataError, match="is not a positive number") as e:
+            sources.parse_ratios(bad)
+        assert len(e.value.message) < 300
+
+
+def test_paths_the_os_refuses_are_not_hub_ids_and_do_not_crash() -> None:
+    long = "a" * 5000 + ".jsonl"
+    assert not sources.on_disk(long) and not sources.on_disk("a\x00b")
+    assert sources.parse(long).kind == "file"
+    assert sources.parse("org/" + "n" * 5000).kind == "hub"
