@@ -283,7 +283,11 @@ def speed() -> list[str]:
     out += speed_section(
         "peer", "Realistic mix (the peer set)",
         "The realistic SFT mix (bench/workload.py); the plain script pads each batch to its "
-        "longest sample, dojo and TRL pack. 1b-full is the case the older speed tables called T6.",
+        "longest sample, dojo and TRL pack. 1b-full is the case the older speed tables called T6. "
+        "TRL runs without DeepSpeed on one GPU, as its users do: its full fine-tuning keeps bf16 "
+        "weights and bf16 Adam states (no fp32 master copy), which is why its peak is below "
+        "dojo's ZeRO-2 run there (fp32 master weights and states, 16 B per parameter) and its "
+        "loss follows another path. Rows not listed under a call were not run yet.",
     )  # fmt: skip
     out += speed_section(
         "peer-variants", "dojo's variants on the realistic mix",
