@@ -44,8 +44,9 @@ def plan(
     added = vocab.check_before_launch(run, run.model.model if kind == "local" else None)
     data = run.data.data or preflight.default_data()
     data_info = preflight.check_data(
-        data, columns=run.data.data_columns, ratios=run.data.data_ratios
-    )
+        data, columns=run.data.data_columns, ratios=run.data.data_ratios,
+        objective=run.objective.objective,
+    )  # fmt: skip
     eval_info = preflight.check_eval_data(run, data_info)
     preflight.check_output(run, spec, force=force)
     resume_from = preflight.check_resume(run, kind)
@@ -77,7 +78,10 @@ def header(p: Plan) -> str:
     est = ""
     if devices.kind == "cuda" and p.estimate is not None:
         est = f", estimate {p.estimate.gpu_total_gib:.2f} GiB per GPU"
-    return f"dojo train: {run.model.method}, ZeRO-{run.zero.stage}, {where}, {run.kernels.precision}{est}"
+    what: str = run.model.method
+    if run.objective.preference:
+        what = f"{run.objective.objective.upper()} {what}"
+    return f"dojo train: {what}, ZeRO-{run.zero.stage}, {where}, {run.kernels.precision}{est}"
 
 
 def stage_advice(run: Run) -> list[str]:

@@ -255,16 +255,18 @@ def check_data(
     flag: str = "--data",
     columns: tuple[str, ...] = (),
     ratios: tuple[float, ...] = (),
+    objective: str = "sft",
 ) -> dict[str, Any]:
-    """Local files must hold >= 1 valid row; Hub datasets, Parquet and CSV are checked cheaply
-    (cache, schema, first rows) and read by the worker."""
+    """Local files must hold >= 1 valid row (of ``objective``: conversations for sft,
+    preference rows otherwise); Hub datasets, Parquet and CSV are checked cheaply (cache,
+    schema, first rows) and read by the worker."""
     from dojo.train import sources
     from dojo.train.rows import read_rows
 
     try:
         if flag == "--data":
             sources.parse_all(list(data), ratios)  # weights: all or none, one ratio per source
-        report = read_rows(list(data), columns=sources.parse_columns(columns))
+        report = read_rows(list(data), columns=sources.parse_columns(columns), objective=objective)
     except DataError as e:  # rows.py names --data; the same reader checks --eval-data
         if flag == "--data" or not e.message.startswith("--data"):
             raise
@@ -279,16 +281,25 @@ def check_data(
         first = f"; first problem: {report.bad[0][0]}: {report.bad[0][1]}" if report.bad else ""
         raise DataError(
             f"{flag} {', '.join(data)}: no valid row{first}",
-            hint="each row needs messages (OpenAI), conversations (ShareGPT) or instruction/output (Alpaca)",
+            hint=PREFERENCE_HINT
+            if objective != "sft"
+            else "each row needs messages (OpenAI), conversations (ShareGPT) or instruction/output (Alpaca)",
         )
     return info
+
+
+PREFERENCE_HINT = (
+    "each row needs prompt, chosen and rejected (TRL), conversations + chosen + rejected "
+    "(LLaMA-Factory), or for kto prompt + completion + label (docs/train.md#preference-tuning)"
+)
 
 
 def check_eval_data(run: Run, train_info: dict[str, Any]) -> str:
     """--eval-data is checked like --data; --eval-split must leave rows on both sides. Returns
     the line to print ("" without eval)."""
     if run.data.eval_data:
-        info = check_data(run.data.eval_data, flag="--eval-data", columns=run.data.data_columns)
+        info = check_data(run.data.eval_data, flag="--eval-data", columns=run.data.data_columns,
+                          objective=run.objective.objective)  # fmt: skip
         return str(info["summary"])
     if run.data.eval_split is None:
         return ""

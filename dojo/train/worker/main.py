@@ -187,7 +187,16 @@ def apply_lora(model: Any, run: Run) -> Any:
     """PEFT LoRA on every linear layer but the head (PEFT's "all-linear"), or the named ones."""
     if run.model.method == "full":
         return model
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
+
+    model = get_peft_model(model, lora_config(model, run))
+    prepare_adapters(model, run)
+    return model
+
+
+def lora_config(model: Any, run: Run) -> Any:
+    """The run's PEFT LoraConfig for ``model`` (not yet wrapped)."""
+    from peft import LoraConfig
 
     names = run.lora.target_names
     target_modules: str | list[str] = "all-linear" if names is None else list(names)
@@ -196,7 +205,7 @@ def apply_lora(model: Any, run: Run) -> Any:
         extra["modules_to_save"] = list(run.lora.modules_to_save)
         # Tied input/output embeddings stay one matrix when both are trained in full.
         extra["ensure_weight_tying"] = serving.is_tied(model)
-    cfg = LoraConfig(
+    return LoraConfig(
         r=run.lora.lora_r,
         lora_alpha=run.lora.lora_alpha,
         lora_dropout=run.lora.lora_dropout,
@@ -206,7 +215,10 @@ def apply_lora(model: Any, run: Run) -> Any:
         use_rslora=run.lora.rslora,
         **extra,
     )
-    model = get_peft_model(model, cfg)
+
+
+def prepare_adapters(model: Any, run: Run) -> None:
+    """After PEFT wrapped ``model``: inputs that require grad where needed; say what trains."""
     if run.kernels.grad_ckpt or run.zero.leaf_classes:
         # Checkpointing needs a grad-requiring input to recompute. So do ZeRO-3 leaf layers: with
         # a frozen embedding, layer 0's inputs need no grad, and then torch fires its full backward
@@ -218,7 +230,22 @@ def apply_lora(model: Any, run: Run) -> Any:
     print0(
         f"{kind} r={run.lora.lora_r} alpha={run.lora.lora_alpha}{scale}: {trainable:,} trainable parameters"
     )
-    return model
+
+
+def reference_model(run: Run, weights: str, tokenizer: Any, added: list[str]) -> Any:
+    """Full fine-tuning's frozen reference for DPO/KTO: the starting weights loaded again, as
+    the policy was (already sharded under ZeRO-3); None where TRL needs no copy (adapters: the
+    base with them disabled; precomputed log-probs; ORPO/SimPO)."""
+    from dojo.run.groups.objective import reference
+
+    o = run.objective
+    if reference(o.objective, not run.model.adapters, o.precompute_ref_log_probs) != "copy":
+        return None
+    ref = load_model(run, weights)
+    serving.fit_embeddings(ref, tokenizer, run, added)
+    ref.requires_grad_(False)
+    print0("reference model: a frozen copy of the starting weights")
+    return ref
 
 
 def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str, served: Any) -> None:
@@ -274,6 +301,8 @@ def write_summary(
         "steps": trainer.state.global_step,
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
+        "objective": run.objective.objective,
+        **reward_summary(trainer.state, run),
         **eval_summary(trainer.state, run),
         "memory": memory_block(measured, job.estimate),
         "world_size": run.world_size,
@@ -289,6 +318,23 @@ def write_summary(
     tmp.write_text(json.dumps(summary, indent=2), encoding="utf-8")
     os.replace(tmp, path)
     print0(f"summary: {path}")
+
+
+REWARDS = {"reward_accuracy": "rewards/accuracies", "reward_margin": "rewards/margins"}
+"""dojo_summary.json key -> TRL's logged metric (KTO logs margins, no accuracy)."""
+
+
+def reward_summary(state: Any, run: Run) -> dict[str, Any]:
+    """A preference run's reward accuracy and margin, first and last logged (TRL's metrics:
+    chosen reward = beta x log-ratio to the reference, or the policy's own for ORPO/SimPO)."""
+    if not run.objective.preference:
+        return {}
+    out: dict[str, Any] = {}
+    for name, key in REWARDS.items():
+        seen = [e[key] for e in state.log_history if key in e]
+        out[f"{name}_first"] = seen[0] if seen else None
+        out[f"{name}_last"] = seen[-1] if seen else None
+    return out
 
 
 def eval_summary(state: Any, run: Run) -> dict[str, Any]:
@@ -394,7 +440,8 @@ def train(job: Job) -> int:
     added = serving.prepare_tokenizer(tokenizer, template, run)
     model = load_model(run, weights)
     serving.fit_embeddings(model, tokenizer, run, added)
-    model = apply_lora(model, run)
+    if not run.objective.preference:
+        model = apply_lora(model, run)  # a preference trainer wraps it itself (objectives.py)
     fit_z3_leaf(model, training_args, run)
     dataset, eval_set, collator, report = worker_data.build(job, tokenizer, model, template)
     measures = Measures()
@@ -402,22 +449,30 @@ def train(job: Job) -> int:
         "world_size": run.world_size,
         "zero_stage": run.zero.stage,
         "method": run.model.method,
+        "objective": run.objective.objective,
     }
-    trainer = DojoTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=dataset,
-        eval_dataset=eval_set,
-        data_collator=collator,
-        processing_class=tokenizer,
-        callbacks=[
-            Progress(),
-            StopOnNonFinite(),
-            CheckpointMarker(meta),
-            measures,
-            *eval_callbacks(run),
-        ],
-    )
+    callbacks = [Progress(), StopOnNonFinite(), CheckpointMarker(meta), measures,
+                 *eval_callbacks(run)]  # fmt: skip
+    if run.objective.preference:
+        from dojo.train.worker import objectives
+
+        trainer = objectives.build_trainer(
+            run, model=model, ref_model=reference_model(run, weights, tokenizer, added),
+            args=training_args, train_dataset=dataset, eval_dataset=eval_set,
+            tokenizer=tokenizer, callbacks=callbacks,
+        )  # fmt: skip
+        if run.model.adapters:
+            prepare_adapters(trainer.model, run)
+    else:
+        trainer = DojoTrainer(
+            model=model,
+            args=training_args,
+            train_dataset=dataset,
+            eval_dataset=eval_set,
+            data_collator=collator,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+        )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; Progress replaces it
     trainer.train(resume_from_checkpoint=job.resume_from)
     if run.loop.keep_best == "on" and trainer.state.best_model_checkpoint:
