@@ -42,7 +42,7 @@ def plan(
     preflight.check_init(run, kind)
     preflight.check_template(run.model.template, run.model.model, kind)
     added = vocab.check_before_launch(run, run.model.model if kind == "local" else None)
-    data = run.data.data or preflight.default_data()
+    data = run.data.data or preflight.default_data(run.objective.objective)
     data_info = preflight.check_data(
         data, columns=run.data.data_columns, ratios=run.data.data_ratios,
         objective=run.objective.objective,

@@ -244,10 +244,12 @@ def check_template(template: str | None, model: str | None, model_kind: str) -> 
             ) from None
 
 
-def default_data() -> tuple[str, ...]:
+def default_data(objective: str = "sft") -> tuple[str, ...]:
+    """The bundled demo data: chats for SFT, preference pairs for the other objectives."""
     from dojo.paths import templates_dir
 
-    return (str(templates_dir() / "data" / "demo_chat.jsonl"),)
+    name = "demo_chat.jsonl" if objective == "sft" else "demo_preference.jsonl"
+    return (str(templates_dir() / "data" / name),)
 
 
 def check_data(

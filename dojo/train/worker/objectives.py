@@ -101,16 +101,21 @@ class CountTokens:
 
 def _trainer_classes() -> dict[str, type]:
     """dojo's subclass of each TRL trainer (built on first use: importing trl is slow)."""
-    from trl.trainer.dpo_trainer import DPOTrainer
-    from trl.trainer.kto_trainer import KTOTrainer
     from trl.experimental.cpo import CPOTrainer
     from trl.experimental.orpo import ORPOTrainer
+    from trl.trainer.dpo_trainer import DPOTrainer
+    from trl.trainer.kto_trainer import KTOTrainer
 
-    class DojoDPOTrainer(DojoTrainer, DPOTrainer):
+    class Dojo(DojoTrainer):
+        def create_model_card(self, *args: Any, **kw: Any) -> None:
+            """TRL writes a README.md model card into the run folder at each checkpoint; a
+            dojo run folder holds what an SFT run's does."""
+
+    class DojoDPOTrainer(Dojo, DPOTrainer):
         def _prepare_dataset(self, dataset: Any, *args: Any, **kw: Any) -> Any:
             return dataset  # already tokenized, over-long rows dropped or cut (dojo's report)
 
-    class DojoKTOTrainer(DojoTrainer, KTOTrainer):
+    class DojoKTOTrainer(Dojo, KTOTrainer):
         def _prepare_dataset(self, dataset: Any, processing_class: Any, args: Any,
                              dataset_name: str) -> Any:  # fmt: skip
             if not self.calculate_KL:
@@ -138,10 +143,10 @@ def _trainer_classes() -> dict[str, type]:
             out[f"{side}_labels"] = [-100] * len(p) + answer
         return out
 
-    class DojoORPOTrainer(DojoTrainer, ORPOTrainer):
+    class DojoORPOTrainer(Dojo, ORPOTrainer):
         pass
 
-    class DojoCPOTrainer(DojoTrainer, CPOTrainer):
+    class DojoCPOTrainer(Dojo, CPOTrainer):
         pass
 
     DojoORPOTrainer.tokenize_row = tokenize_row  # type: ignore[method-assign]
