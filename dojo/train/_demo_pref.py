@@ -25,7 +25,7 @@ DECLINE = "I don't know."
 def make(n: int = N_PAIRS, seed: int = SEED) -> list[dict[str, Any]]:
     """``n`` rows of {"prompt", "chosen", "rejected"}, each a list of messages."""
     r = random.Random(seed)
-    out = []
+    out: list[dict[str, Any]] = []
     while len(out) < n:
         task = r.choice(TASKS)
         question, answer = task(r)
