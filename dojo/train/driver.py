@@ -30,7 +30,9 @@ def plan(
 
     found = list_gpus() if present is None else present
     machine, devices, notes = preflight.place(options.devices, found, dry_run=dry_run)
-    preflight.check_extras(options.model.method, devices, dry_run=dry_run)
+    preflight.check_extras(
+        options.model.method, devices, dry_run=dry_run, objective=options.objective.objective
+    )
     per_node = devices.world_size or max(1, len(found))
     resolve.resolve(options, machine=machine, gpus=devices.ids, gpus_per_node=per_node, given=given)
     model = options.model

@@ -127,12 +127,17 @@ def _cpu() -> Machine:
     return Machine(cuda=False, host_memory_gib=host_memory_gib())
 
 
-def check_extras(method: str, devices: Devices, *, dry_run: bool = False) -> None:
+def check_extras(
+    method: str, devices: Devices, *, dry_run: bool = False, objective: str = "sft"
+) -> None:
     need = {**_EXTRAS, **_EXTRAS_BY_METHOD.get(method, {})}
+    if objective != "sft":
+        need["trl"] = "trl"  # the preference trainers
     missing = [pip for mod, pip in need.items() if importlib.util.find_spec(mod) is None]
     if missing and not dry_run:
+        what = f"--method {method}" + (f" --objective {objective}" if objective != "sft" else "")
         raise MissingExtraError(
-            f"dojo train --method {method} needs {', '.join(missing)}, not installed",
+            f"dojo train {what} needs {', '.join(missing)}, not installed",
             hint="pip install 'dojo[train]'",
         )
     if not dry_run:

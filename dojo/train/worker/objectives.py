@@ -12,7 +12,9 @@ TRL's. What dojo changes, by subclassing:
   like SFT's), so DPO's and KTO's ``_prepare_dataset`` and ORPO's / CPO's ``tokenize_row`` only
   put the ids in the columns those trainers read (KTO's KL completions as TRL builds them);
 - dojo's Trainer (``DojoTrainer``: token counts on the host, no device waits for the gradient
-  norm) sits before TRL's in the class order.
+  norm) sits before TRL's in the class order;
+- no model card (README.md) in the run folder, and no usage telemetry (TRL's ``_BaseTrainer``
+  sends one ping to the Hub per run).
 
 The reference model: LoRA/QLoRA pass their adapter config to TRL (``peft_config``), which then
 scores the reference with the adapter disabled, no copy; full fine-tuning hands TRL a second
@@ -110,6 +112,10 @@ def _trainer_classes() -> dict[str, type]:
         def create_model_card(self, *args: Any, **kw: Any) -> None:
             """TRL writes a README.md model card into the run folder at each checkpoint; a
             dojo run folder holds what an SFT run's does."""
+
+        def _send_telemetry(self) -> None:
+            """TRL 1.x pings the Hub from rank 0 when a trainer starts (huggingface_hub's
+            send_telemetry); dojo's runs send nothing they were not asked to."""
 
     class DojoDPOTrainer(Dojo, DPOTrainer):
         def _prepare_dataset(self, dataset: Any, *args: Any, **kw: Any) -> Any:
