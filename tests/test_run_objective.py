@@ -136,7 +136,8 @@ def test_reference_is_in_the_params_column_and_the_total() -> None:
 
 
 def test_pairs_double_the_activations() -> None:
-    sft, dpo = _est(method="lora"), _est(method="lora", objective="dpo")
+    # (TRL turns LoRA's dropout off: compared with SFT without it)
+    sft, dpo = _est(method="lora", lora_dropout=0.0), _est(method="lora", objective="dpo")
     kto = _est(method="lora", objective="kto")
     assert dpo.setup.batch_rows == 4 and kto.setup.batch_rows == 2
     # chosen and rejected in one forward: twice the tokens through every layer
@@ -181,3 +182,9 @@ def test_estimate_cli_says_the_objective(cli: Any) -> None:
     plain = cli("estimate", "--model", "1b", "--objective", "kto", "--method", "lora")
     assert "KTO lora r=16, reference adapter-off" in plain.stdout
     assert GIB  # the table is per GPU, in GiB
+
+
+def test_trl_turns_lora_dropout_off() -> None:
+    sft = _est(method="lora", lora_dropout=0.1)
+    dpo = _est(method="lora", lora_dropout=0.1, objective="dpo")
+    assert sft.setup.lora_dropout == 0.1 and dpo.setup.lora_dropout == 0.0

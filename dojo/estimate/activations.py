@@ -214,7 +214,7 @@ def _zero3_frozen_inputs(spec: ModelSpec, setup: Setup, i: int) -> int:
     transformers also skips zero.Init for quantized models, so ``F.linear`` stays torch's."""
     names = {n for n, *_ in spec.linears()}
     targets = names if setup.lora.target_names is None else set(setup.lora.target_names) & names
-    shared = not setup.fp32_adapters and setup.lora.lora_dropout == 0
+    shared = not setup.fp32_adapters and setup.lora_dropout == 0
     h = spec.hidden_size
     extra = 0
     if not (shared and targets & {"q_proj", "k_proj", "v_proj"}):
@@ -248,7 +248,7 @@ def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:
     ins = sum(a for n, a, _, _ in spec.linears() if n in targets)
     a = FP32 if setup.fp32_adapters and not setup.autocast else BF16
     extra = a * setup.lora.lora_r * len(targets)
-    if setup.lora.lora_dropout > 0:
+    if setup.lora_dropout > 0:
         return extra + (a + 1) * ins
     if setup.fp32_adapters:
         return extra + a * ins

@@ -211,6 +211,12 @@ class Setup:
         return reference(o.objective, self.run.model.method == "full", o.precompute_ref_log_probs)
 
     @property
+    def lora_dropout(self) -> float:
+        """LoRA's dropout as it runs: TRL's preference trainers turn every dropout of the model
+        off (disable_dropout, their default), and a dropout of p = 0 returns its input."""
+        return 0.0 if self.run.objective.preference else self.run.lora.lora_dropout
+
+    @property
     def full_logits(self) -> bool:
         """The loss makes the whole bf16 logits block: HF's loss and ORPO/CPO's, not Liger's
         fused loss nor TRL's chunked head (DPO, KTO)."""
