@@ -4,7 +4,8 @@ Pure (stdlib); the worker renders and tokenizes them (dojo.train.worker.preferen
 Formats, detected per record:
 - TRL preference: ``{"prompt", "chosen", "rejected"}``, plain strings (no chat template, as
   dojo's prompt/completion rows) or lists of messages (rendered with the chat template); without
-  ``prompt``, the messages chosen and rejected share become the prompt (TRL's implicit prompt)
+  ``prompt``, what chosen and rejected share (first messages, or text, as hh-rlhf's rows) becomes
+  the prompt (TRL's implicit prompt)
 - LLaMA-Factory ShareGPT: ``{"conversations": [...prompt turns], "chosen": {"from": "gpt",
   "value": ...}, "rejected": {...}, ["system"]}``; Alpaca: ``{"instruction", ["input"],
   "chosen", "rejected"}`` with string answers
@@ -100,6 +101,9 @@ def to_preference(record: Any, objective: str) -> tuple[str, Preference]:
 def _trl(record: dict[str, Any]) -> Pair:
     chosen, rejected = record["chosen"], record["rejected"]
     if "prompt" not in record:
+        if isinstance(chosen, str) and isinstance(rejected, str):
+            n = _shared_text(chosen, rejected)
+            return _pair(chosen[:n], chosen[n:], rejected[n:])
         if not (isinstance(chosen, list) and isinstance(rejected, list)):
             raise DataError("no 'prompt': give one, or chosen and rejected as whole conversations "
                             "that share their first turns", hint=_HINT)  # fmt: skip
@@ -110,6 +114,14 @@ def _trl(record: dict[str, Any]) -> Pair:
                             "from", hint=_HINT)  # fmt: skip
         return _pair(chosen[:n], chosen[n:], rejected[n:])
     return _pair(record["prompt"], chosen, rejected)
+
+
+def _shared_text(a: str, b: str) -> int:
+    """Where two texts part (TRL's extract_prompt: a space just before goes with the answers)."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n - 1 if n and a[n - 1] == " " else n
 
 
 def _shared(a: list[Message], b: list[Message]) -> int:

@@ -61,6 +61,15 @@ def test_implicit_prompt_is_what_both_share() -> None:
     assert (row.prompt, row.chosen, row.rejected) == ([U], [A_GOOD], [A_BAD])
 
 
+def test_implicit_text_prompt_as_hh_rlhf() -> None:
+    row = {
+        "chosen": "\n\nHuman: Hi\n\nAssistant: Hello there",
+        "rejected": "\n\nHuman: Hi\n\nAssistant: Go",
+    }
+    _, got = to_preference(row, "dpo")
+    assert got == Pair("\n\nHuman: Hi\n\nAssistant:", " Hello there", " Go")
+
+
 def test_a_string_side_beside_messages_becomes_a_message() -> None:
     _, row = to_preference({"prompt": "Hi", "chosen": [A_GOOD], "rejected": "no"}, "dpo")
     assert isinstance(row, Pair)
