@@ -232,22 +232,6 @@ def prepare_adapters(model: Any, run: Run) -> None:
     )
 
 
-def reference_model(run: Run, weights: str, tokenizer: Any, added: list[str]) -> Any:
-    """Full fine-tuning's frozen reference for DPO/KTO: the starting weights loaded again, as
-    the policy was (already sharded under ZeRO-3); None where TRL needs no copy (adapters: the
-    base with them disabled; precomputed log-probs; ORPO/SimPO)."""
-    from dojo.run.groups.objective import reference
-
-    o = run.objective
-    if reference(o.objective, not run.model.adapters, o.precompute_ref_log_probs) != "copy":
-        return None
-    ref = load_model(run, weights)
-    serving.fit_embeddings(ref, tokenizer, run, added)
-    ref.requires_grad_(False)
-    print0("reference model: a frozen copy of the starting weights")
-    return ref
-
-
 def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str, served: Any) -> None:
     """ZeRO-3 gathers a 16-bit model (stage3_gather_16bit_weights_on_model_save); LoRA saves
     the adapter; --merge also writes base + adapter merged (rank 0, reloaded from disk). The
@@ -291,6 +275,7 @@ def write_summary(
 ) -> None:
     """OUTPUT/dojo_summary.json: measured beside estimated, like for like (dojo.train.summary)."""
     from dojo.train.summary import memory_block
+    from dojo.train.worker.objectives import reward_summary
 
     measured = measures.summary()  # every rank: all-reduces the GPU peaks
     if not is_rank0():
@@ -302,7 +287,7 @@ def write_summary(
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
         "objective": run.objective.objective,
-        **reward_summary(trainer.state, run),
+        **reward_summary(trainer.state, run),  # a preference run's (objectives.py)
         **eval_summary(trainer.state, run),
         "memory": memory_block(measured, job.estimate),
         "world_size": run.world_size,
@@ -318,23 +303,6 @@ def write_summary(
     tmp.write_text(json.dumps(summary, indent=2), encoding="utf-8")
     os.replace(tmp, path)
     print0(f"summary: {path}")
-
-
-REWARDS = {"reward_accuracy": "rewards/accuracies", "reward_margin": "rewards/margins"}
-"""dojo_summary.json key -> TRL's logged metric (KTO logs margins, no accuracy)."""
-
-
-def reward_summary(state: Any, run: Run) -> dict[str, Any]:
-    """A preference run's reward accuracy and margin, first and last logged (TRL's metrics:
-    chosen reward = beta x log-ratio to the reference, or the policy's own for ORPO/SimPO)."""
-    if not run.objective.preference:
-        return {}
-    out: dict[str, Any] = {}
-    for name, key in REWARDS.items():
-        seen = [e[key] for e in state.log_history if key in e]
-        out[f"{name}_first"] = seen[0] if seen else None
-        out[f"{name}_last"] = seen[-1] if seen else None
-    return out
 
 
 def eval_summary(state: Any, run: Run) -> dict[str, Any]:
@@ -457,7 +425,7 @@ def train(job: Job) -> int:
         from dojo.train.worker import objectives
 
         trainer = objectives.build_trainer(
-            run, model=model, ref_model=reference_model(run, weights, tokenizer, added),
+            run, model=model, ref_model=objectives.reference_model(run, weights, tokenizer, added),
             args=training_args, train_dataset=dataset, eval_dataset=eval_set,
             tokenizer=tokenizer, callbacks=callbacks,
         )  # fmt: skip

@@ -26,7 +26,8 @@ prepares as a DeepSpeed inference engine (ZeRO-3: sharded; below: whole on each 
 import os
 from typing import Any
 
-from dojo.run.groups.objective import loss_type
+from dojo.run.groups.objective import loss_type, reference
+from dojo.train.worker.callbacks import print0
 from dojo.train.worker.packing import TOKENS
 from dojo.train.worker.trainer import DojoTrainer
 
@@ -190,3 +191,37 @@ def build_trainer(
     drop = ("prompt_ids", "chosen_ids", "rejected_ids") if objective in ("orpo", "simpo") else ()
     trainer.data_collator = CountTokens(trainer.data_collator, keys, repeat, drop)
     return trainer
+
+
+def reference_model(run: Any, weights: str, tokenizer: Any, added: list[str]) -> Any:
+    """Full fine-tuning's frozen reference for DPO/KTO: the starting weights loaded again, as
+    the policy was (already sharded under ZeRO-3); None where TRL needs no copy (adapters: the
+    base with them disabled; precomputed log-probs; ORPO/SimPO)."""
+    o = run.objective
+    if reference(o.objective, not run.model.adapters, o.precompute_ref_log_probs) != "copy":
+        return None
+    from dojo.train.worker import serving
+    from dojo.train.worker.main import load_model
+
+    ref = load_model(run, weights)
+    serving.fit_embeddings(ref, tokenizer, run, added)
+    ref.requires_grad_(False)
+    print0("reference model: a frozen copy of the starting weights")
+    return ref
+
+
+REWARDS = {"reward_accuracy": "rewards/accuracies", "reward_margin": "rewards/margins"}
+"""dojo_summary.json key -> TRL's logged metric (KTO logs margins, no accuracy)."""
+
+
+def reward_summary(state: Any, run: Any) -> dict[str, Any]:
+    """A preference run's reward accuracy and margin, first and last logged (TRL's metrics:
+    chosen reward = beta x log-ratio to the reference, or the policy's own for ORPO/SimPO)."""
+    if not run.objective.preference:
+        return {}
+    out: dict[str, Any] = {}
+    for name, key in REWARDS.items():
+        seen = [e[key] for e in state.log_history if key in e]
+        out[f"{name}_first"] = seen[0] if seen else None
+        out[f"{name}_last"] = seen[-1] if seen else None
+    return out
