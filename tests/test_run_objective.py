@@ -67,7 +67,7 @@ def test_liger_auto_is_off_for_preference() -> None:
         ({"objective": "kto", "rpo_alpha": 1.0, "micro_batch": 2}, "--rpo-alpha adds an NLL term to DPO", "--objective dpo"),
         ({"objective": "orpo", "precompute_ref_log_probs": True}, "--objective orpo has no reference model", "dpo and kto"),
         ({"objective": "kto", "loss_type": "hinge", "micro_batch": 2}, "--loss-type hinge is not a loss of --objective kto", "kto, apo_zero_unpaired"),
-        ({"objective": "simpo", "loss_type": "ipo"}, "--loss-type ipo is not a loss of --objective simpo", "its loss is fixed"),
+        ({"objective": "simpo", "loss_type": "ipo"}, "--loss-type ipo is not a loss of --objective simpo", "drop --loss-type: --objective simpo has one loss"),
         ({"beta": 0.5}, "--beta applies to a preference objective", "--objective dpo"),
         ({"objective": "kto", "micro_batch": 1}, "--objective kto needs --micro-batch 2", "apo_zero_unpaired"),
         ({"objective": "dpo", "packing": True}, "--packing with --objective dpo", "drop --packing"),

@@ -127,9 +127,9 @@ def objective_problems(
     if o.loss_type != "auto":
         allowed = {"dpo": DPO_LOSSES, "kto": KTO_LOSSES}.get(name, ())
         if o.loss_type not in allowed:
-            choices = ", ".join(allowed) if allowed else "none (its loss is fixed)"
-            add((f"--loss-type {o.loss_type} is not a loss of --objective {name}",
-                 f"choices for {name}: {choices}"))  # fmt: skip
+            fix = (f"choices for {name}: {', '.join(allowed)}" if allowed
+                   else f"drop --loss-type: --objective {name} has one loss")  # fmt: skip
+            add((f"--loss-type {o.loss_type} is not a loss of --objective {name}", fix))
     if name == "kto" and micro_batch < 2 and loss_type(o) == "kto":
         add(("--objective kto needs --micro-batch 2 or more: its KL term pairs each prompt with "
              "another row's answer in the same micro-batch (TRL's KTOTrainer)",
