@@ -135,6 +135,20 @@ def test_read_rows_counts_bad_rows_with_file_and_line(tmp_path: Path) -> None:
     assert not read_rows([str(p)]).rows
 
 
+def test_columns_map_and_folders_mix_as_for_sft(tmp_path: Path) -> None:
+    from dojo.train.sources import parse_all, parse_columns
+
+    folder = tmp_path / "prefs"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(json.dumps({"prompt": "q", "better": "a", "worse": "b"}) + "\n")
+    (folder / "b.jsonl").write_text(json.dumps(PLAIN) + "\n")
+    cols = parse_columns(("chosen=better", "rejected=worse"))
+    r = read_rows([str(folder)], columns=cols, objective="dpo")
+    assert [row for _, row in r.rows] == [Pair("q", "a", "b"), Pair("2 + 2 =", " 4", " 5")]
+    mixed = parse_all([str(folder / "a.jsonl"), str(folder / "b.jsonl")], (0.7, 0.3))
+    assert [s.weight for s in mixed] == pytest.approx([0.7, 0.3])
+
+
 def test_preflight_names_the_preference_formats(tmp_path: Path) -> None:
     from dojo.train.preflight import check_data
 
