@@ -8,6 +8,8 @@ from dojo.modelspec import SOFTCAP_MODEL_TYPES, ModelSpec
 
 BF16 = 2
 FP32 = 4
+TRL_TOKEN_CHUNK = 4096  # trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE (TRL 1.16)
+TRL_VOCAB_CHUNK = 32768  # trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
 
 
 def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
@@ -39,7 +41,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     backward, what the loss phase (its first op) adds to it (loss term + tail), what the worst
     layer's backward (or recompute + backward) adds, and the loss term alone."""
     s, cal = setup, setup.calibration
-    tokens = s.run.loop.micro_batch * s.run.data.seq_len
+    tokens = s.batch_rows * s.run.data.seq_len
     # MoE: a token passes through its top-k experts (and a shared one), so the MLP tensors saved
     # per token are that wide, not one expert's intermediate_size (dense models: the same).
     h, q, kv, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.active_intermediate_size
@@ -102,7 +104,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     # takes a mask, saves that bias for its backward: 2 B x b x s^2 per layer, once per layer
     # (no grad is made for it, so a recomputed layer holds it once).
     bias = (
-        BF16 * s.run.loop.micro_batch * s.run.data.seq_len * s.run.data.seq_len
+        BF16 * s.batch_rows * s.run.data.seq_len * s.run.data.seq_len
         if s.attention == "sdpa" and masked
         else 0
     )
@@ -119,6 +121,12 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         logits += BF16 * tokens * spec.vocab_size
     if s.kernels.fused_loss:
         logits = _fused_loss_bytes(spec, setup)  # Liger's Gemma-2 kernel softcaps per chunk
+    objective = s.run.objective.objective
+    if objective in ("dpo", "kto"):
+        logits = _trl_head_bytes(spec, setup)  # softcapped per tile too
+    elif objective in ("orpo", "simpo"):
+        per_logit = cal.orpo_bytes_per_logit if objective == "orpo" else cal.cpo_bytes_per_logit
+        logits += (per_logit - cal.loss_bytes_per_logit) * tokens * spec.vocab_size
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
     kept = spec.num_layers * keep + _mask_bytes(setup)
     full_kernels = kernels and s.run.model.method == "full"
@@ -155,12 +163,10 @@ def _mask_bytes(s: Setup) -> int:
     padded to the longest in the batch, so a mask is assumed there too unless the micro-batch
     is one sequence.
     """
-    if s.attention == "flash_attention_2" or (
-        not s.run.data.packing and s.run.loop.micro_batch == 1
-    ):
+    if s.attention == "flash_attention_2" or (not s.run.data.packing and s.batch_rows == 1):
         return 0
     per_elem = BF16 if s.attention == "eager" else 1
-    return per_elem * s.run.loop.micro_batch * s.run.data.seq_len * s.run.data.seq_len
+    return per_elem * s.batch_rows * s.run.data.seq_len * s.run.data.seq_len
 
 
 def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
@@ -168,11 +174,26 @@ def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
     next_pow2(ceil(T / ceil(V / h))); per chunk bf16 logits + their fp32 grad (6 B x chunk x V),
     plus the bf16 grad of the hidden states (2 B x T x h) and, when the head trains, a 16-bit
     grad_weight (2 B x V x h) that lives through the loss."""
-    tokens = setup.run.loop.micro_batch * setup.run.data.seq_len
+    tokens = setup.batch_rows * setup.run.data.seq_len
     v, h = spec.vocab_size, spec.hidden_size
     chunk = 1 << max(0, math.ceil(tokens / math.ceil(v / h)) - 1).bit_length()
     head_grad = BF16 * v * h if setup.run.model.method == "full" else 0
     return 6 * chunk * v + BF16 * tokens * h + head_grad
+
+
+def _trl_head_bytes(spec: ModelSpec, setup: Setup) -> int:
+    """TRL's fused LM head (trl.trainer.utils.add_fused_lm_head, DPOTrainer and KTOTrainer):
+    the answer positions' hidden states gathered and kept for backward (2 B x T x h), one
+    logits tile of TOKEN_CHUNK_SIZE x _CHUNKED_LOGPROB_CHUNK_SIZE in bf16 (forward and backward
+    each make one), the hidden states' grad accumulated in fp32 and cast to bf16 at the end
+    (6 B x T x h) and, when the head trains, its grad the same way (6 B x V x h). T = every
+    token of the batch: the head scores answer tokens only, so prompts make this an upper bound
+    (trl/kernels/chunked_logprob.py ChunkedLogProbFunction)."""
+    tokens = setup.batch_rows * setup.run.data.seq_len
+    v, h = spec.vocab_size, spec.hidden_size
+    tile = BF16 * min(tokens, TRL_TOKEN_CHUNK) * min(v, TRL_VOCAB_CHUNK)
+    head_grad = (FP32 + BF16) * v * h if setup.run.model.method == "full" else 0
+    return tile + (BF16 + FP32 + BF16) * tokens * h + head_grad
 
 
 def _zero3_frozen_inputs(spec: ModelSpec, setup: Setup, i: int) -> int:
@@ -193,7 +214,7 @@ def _zero3_frozen_inputs(spec: ModelSpec, setup: Setup, i: int) -> int:
     transformers also skips zero.Init for quantized models, so ``F.linear`` stays torch's."""
     names = {n for n, *_ in spec.linears()}
     targets = names if setup.lora.target_names is None else set(setup.lora.target_names) & names
-    shared = not setup.fp32_adapters and setup.lora.lora_dropout == 0
+    shared = not setup.fp32_adapters and setup.lora_dropout == 0
     h = spec.hidden_size
     extra = 0
     if not (shared and targets & {"q_proj", "k_proj", "v_proj"}):
@@ -227,7 +248,7 @@ def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:
     ins = sum(a for n, a, _, _ in spec.linears() if n in targets)
     a = FP32 if setup.fp32_adapters and not setup.autocast else BF16
     extra = a * setup.lora.lora_r * len(targets)
-    if setup.lora.lora_dropout > 0:
+    if setup.lora_dropout > 0:
         return extra + (a + 1) * ins
     if setup.fp32_adapters:
         return extra + a * ins

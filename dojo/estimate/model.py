@@ -154,6 +154,12 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     stored = w_base + t_bytes * p_t if s.run.model.method != "full" else float(BF16 * spec.params)
     z3 = s.zero.stage == 3
     opt_off = s.zero.offload != "none"
+    reference = _reference_bytes(spec, s)
+    if reference:
+        notes.append(
+            f"reference model: a frozen bf16 copy of the weights, {reference / GIB:.2f} GiB per "
+            "GPU (in the params column)" + (" sharded like the policy" if z3 else "")
+        )
     if opt_off and s.zero.stage < 3 and s.zero.offload == "nvme":
         notes.append(
             "ZeRO-1/2 have no NVMe swapper: offload_optimizer nvme keeps states in CPU RAM"
@@ -203,12 +209,12 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     activations, logits = split_peak(kept, loss_phase, layer_phase, loss_term, not_yet)
     # The backward's working set in full (the loss blocks are allocated before the grads).
     churn = kept + max(loss_phase, layer_phase) + params_work + grads_work
-    tokens = s.run.loop.micro_batch * s.run.data.seq_len
+    tokens = s.batch_rows * s.run.data.seq_len
     # HF's loss without Liger: the bf16 logits (2 B x T x V) are the largest single block of the
     # backward phase; nothing that size is asked for again until the next loss.
-    bf16_logits = 0 if s.kernels.fused_loss else BF16 * tokens * spec.vocab_size
+    bf16_logits = BF16 * tokens * spec.vocab_size if s.full_logits else 0
     logits_block = bf16_logits
-    if not s.kernels.fused_loss and s.run.data.packing:
+    if s.full_logits and s.run.data.packing:
         # Packed rows make every step's loss the same shape, so each of its logits-sized
         # blocks (bf16 logits, fp32 upcast, log-softmax, their grads; the loss term) asks for
         # exactly the size it got the step before. One small block that lives across the
@@ -258,7 +264,21 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         cpu_pinned_rounding=c["pinned_rounding"],
         nvme=c["nvme"],
         notes=tuple(notes),
+        reference=int(reference),
     )
+
+
+def _reference_bytes(spec: ModelSpec, s: Setup) -> float:
+    """DPO/KTO full fine-tuning without precomputed log-probs: TRL keeps a frozen copy of the
+    starting weights (16-bit) as its reference and prepares it with DeepSpeed
+    (trl/models/utils.py prepare_deepspeed): sharded at ZeRO-3 like the policy (its partition
+    on the host with --offload-param), whole on every GPU below (ZeRO stage 0). LoRA/QLoRA
+    score the reference with the adapter disabled: no copy."""
+    if s.reference != "copy":
+        return 0.0
+    if s.zero.stage == 3:
+        return 0.0 if s.zero.offload_param != "none" else BF16 * spec.params / s.world_size
+    return float(BF16 * spec.params)
 
 
 def _z3_working_set(

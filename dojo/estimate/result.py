@@ -57,6 +57,9 @@ class MemoryEstimate:
     nvme: int
     """Bytes per node kept on NVMe (ZeRO-3 nvme offload)."""
     notes: tuple[str, ...] = ()
+    reference: int = 0
+    """A preference objective's frozen reference model on this GPU (DPO/KTO full fine-tuning):
+    a bf16 copy of the weights, /N at ZeRO-3. Shown in the params column."""
 
     @property
     def comm(self) -> int:
@@ -64,7 +67,7 @@ class MemoryEstimate:
 
     @property
     def static(self) -> int:
-        return self.params + self.gradients + self.optimizer_states
+        return self.params + self.reference + self.gradients + self.optimizer_states
 
     @property
     def backward_extra(self) -> int:
@@ -154,7 +157,7 @@ class MemoryEstimate:
         beyond = max(0, self.step_extra - self.backward_extra)
         return {
             "total": self.gpu_total,
-            "params": self.params + self.params_work,
+            "params": self.params + self.reference + self.params_work,
             "gradients": self.gradients + self.grads_work,
             "optimizer_states": self.optimizer_states + beyond,
             "activations": self.activations,

@@ -12,6 +12,7 @@ from dojo.modelspec import ModelSpec
 from dojo.run.groups.kernels import KernelOptions
 from dojo.run.groups.loop import BNB_OPTIMS
 from dojo.run.groups.lora import LoraOptions
+from dojo.run.groups.objective import reference
 from dojo.run.groups.zero import (
     SUB_GROUP_SIZE,
     ZeroOptions,
@@ -70,6 +71,14 @@ class Calibration:
     loss_bytes_per_logit: float = 12.0
     """fp32 upcast + log-softmax + its grad at the start of backward, bytes per logit (12.05
     measured on the CPU; docs/estimate.md, "Logits and loss")."""
+    orpo_bytes_per_logit: float = 8.0
+    """ORPO (TRL's ORPOTrainer, the model's own forward over both answers): the bf16 logits, each
+    row's log-softmax kept for backward (selective_log_softmax loops rows in bf16), the logits'
+    grad, and the chosen half's NLL (a shifted copy and its log-softmax: 2 B a logit of half
+    the rows): 2 + 2 + 2 + 2 B per logit. Counted from trl/experimental/orpo, not measured."""
+    cpo_bytes_per_logit: float = 6.0
+    """SimPO (TRL's CPOTrainer with cpo_alpha 0: no NLL term): 2 + 2 + 2 B per logit, as ORPO's
+    count without the NLL. Not measured."""
     loss_tail_bytes_per_th: float = 26.0
     """Final norm and lm_head input alive at the loss peak, bytes per token x hidden (measured
     on the CPU; docs/estimate.md, "Gradient checkpointing")."""
@@ -190,6 +199,30 @@ class Setup:
         return ESTIMATED_AS.get(self.run.kernels.attn, "sdpa")
 
     @property
+    def batch_rows(self) -> int:
+        """Sequences in one forward of a micro-batch: DPO, ORPO and SimPO put a row's chosen and
+        rejected answers through together (TRL's concatenated forward), twice the micro-batch."""
+        return self.run.loop.micro_batch * (2 if self.run.objective.paired else 1)
+
+    @property
+    def reference(self) -> str:
+        """What a preference loss compares with: none | adapter-off | copy | precomputed."""
+        o = self.run.objective
+        return reference(o.objective, self.run.model.method == "full", o.precompute_ref_log_probs)
+
+    @property
+    def lora_dropout(self) -> float:
+        """LoRA's dropout as it runs: TRL's preference trainers turn every dropout of the model
+        off (disable_dropout, their default), and a dropout of p = 0 returns its input."""
+        return 0.0 if self.run.objective.preference else self.run.lora.lora_dropout
+
+    @property
+    def full_logits(self) -> bool:
+        """The loss makes the whole bf16 logits block: HF's loss and ORPO/CPO's, not Liger's
+        fused loss nor TRL's chunked head (DPO, KTO)."""
+        return not self.kernels.fused_loss and self.run.objective.objective not in ("dpo", "kto")
+
+    @property
     def overlap(self) -> bool:
         return self.run.zero.overlap
 
@@ -214,7 +247,10 @@ class Setup:
             return False
         if self.adapter_dtype != "auto":
             return self.adapter_dtype == "fp32"
-        return not self.deepspeed or (self.zero.stage == 3 and method == "lora")
+        # TRL's preference trainers wrap the model with autocast_adapter_dtype=False at ZeRO-3
+        # (bf16 adapters, TRL issue #6089); dojo's SFT path keeps PEFT's default.
+        z3_fp32 = self.zero.stage == 3 and method == "lora" and not self.run.objective.preference
+        return not self.deepspeed or z3_fp32
 
     @property
     def autocast(self) -> bool:

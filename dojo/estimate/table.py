@@ -105,6 +105,10 @@ def title(rows: list[MemoryEstimate]) -> str:
     s, spec = r.setup, r.spec
     m = s.run.model.method
     method = m if m == "full" else f"{m} r={s.lora.lora_r}"
+    o = s.run.objective
+    if o.preference:  # chosen + rejected in one forward; the reference model, or none
+        pair = " (chosen+rejected per row)" if o.paired else ""
+        method = f"{o.objective.upper()}{pair} {method}, reference {s.reference}"
     nodes = s.run.devices.num_nodes
     gpus = f"{s.run.gpus_per_node} GPU(s)" + (f" x {nodes} nodes" if nodes > 1 else "")
     limit = f", GPU {s.gpu_memory_gib:.1f} GiB" if s.gpu_memory_gib else ""

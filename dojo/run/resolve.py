@@ -12,6 +12,7 @@ from dojo.errors import ConfigError
 from dojo.run.groups.kernels import kernel_problems, resolve_kernels, softcap_problem
 from dojo.run.groups.loop import loop_problems, resolve_loop
 from dojo.run.groups.lora import lora_problems, names, target_names
+from dojo.run.groups.objective import objective_problems, resolve_objective
 from dojo.run.groups.output import output_problems, resolve_output
 from dojo.run.groups.zero import resolve_zero, zero_problems
 from dojo.run.machine import Machine
@@ -30,6 +31,8 @@ def problems(o: RunOptions, machine: Machine, given: set[str]) -> list[tuple[str
         offload=o.zero.offload != "none", cuda=machine.cuda, given=given,
     )  # fmt: skip
     out += output_problems(o.output, machine.assumed)
+    out += objective_problems(o.objective, micro_batch=o.loop.micro_batch, packing=o.data.packing,
+                              liger=o.kernels.liger, given=given)  # fmt: skip
     if o.data.eval_data and o.data.eval_split is not None:
         out.append(("--eval-data and --eval-split exclude each other",
                     "keep --eval-data FILE for a fixed held-out set, or --eval-split to hold out "
@@ -67,17 +70,20 @@ def resolve(
     _check_data(o)
     said: list[str] = []
     full = not o.model.adapters
+    preference = o.objective.preference
     kernels = resolve_kernels(o.kernels, machine=machine, spec=spec, packing=o.data.packing,
-                              said=said)  # fmt: skip
+                              said=said, preference=preference)  # fmt: skip
     world = max(1, gpus_per_node) * o.devices.num_nodes if world_known else None
     zero = resolve_zero(o.zero, full=full, spec=spec, adapter_params=adapter_params(o, spec),
                         world=world, given=given, said=said)  # fmt: skip
     loop = resolve_loop(o.loop, full=full, cuda=machine.cuda, ds_optimizer=o.zero.optimizer == "ds",
-                        evaluates=o.data.evaluates, save_steps=o.output.save_steps)  # fmt: skip
+                        evaluates=o.data.evaluates, save_steps=o.output.save_steps,
+                        preference=preference)  # fmt: skip
     if machine.assumed:
         said.insert(0, f"machine: {machine.describe()}")
     return Run(
         model=o.model,
+        objective=resolve_objective(o.objective),
         data=o.data,
         zero=zero,
         kernels=kernels,

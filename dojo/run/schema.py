@@ -16,6 +16,7 @@ from dojo.run.groups.kernels import KernelOptions
 from dojo.run.groups.loop import LoopOptions
 from dojo.run.groups.lora import LoraOptions
 from dojo.run.groups.model import ModelOptions
+from dojo.run.groups.objective import ObjectiveOptions
 from dojo.run.groups.output import OutputOptions
 from dojo.run.groups.zero import ZeroOptions
 
@@ -26,6 +27,7 @@ class RunOptions:
     included; after: the same types, every "auto" decided."""
 
     model: ModelOptions = field(default_factory=ModelOptions)
+    objective: ObjectiveOptions = field(default_factory=ObjectiveOptions)
     data: DataOptions = field(default_factory=DataOptions)
     zero: ZeroOptions = field(default_factory=ZeroOptions)
     kernels: KernelOptions = field(default_factory=KernelOptions)
@@ -62,6 +64,7 @@ class RunOptions:
 
 GROUPS: dict[str, tuple[str, type]] = {
     "model": ("Model", ModelOptions),
+    "objective": ("Objective", ObjectiveOptions),
     "data": ("Data", DataOptions),
     "zero": ("DeepSpeed ZeRO", ZeroOptions),
     "kernels": ("Precision and kernels", KernelOptions),

@@ -22,11 +22,12 @@ SAMPLE_ROWS = 64
 _HUB_TIMEOUT_S = 10.0
 _FORMAT_COLUMNS = (
     ("messages",), ("conversations",), ("instruction", "output"), ("prompt", "completion"),
-    ("text",),
+    ("text",), ("chosen", "rejected"),
 )  # fmt: skip
 _FORMATS_HINT = (
     "it needs a messages column (OpenAI), conversations (ShareGPT), instruction+output (Alpaca), "
-    "prompt+completion or text; map yours with --data-columns messages=COLUMN"
+    "prompt+completion or text (preference rows: chosen+rejected); map yours with "
+    "--data-columns messages=COLUMN"
 )
 CSV_HINT = (
     'dojo reads JSON lines; convert it, e.g. python -c "import csv,json,sys; '

@@ -30,7 +30,9 @@ def plan(
 
     found = list_gpus() if present is None else present
     machine, devices, notes = preflight.place(options.devices, found, dry_run=dry_run)
-    preflight.check_extras(options.model.method, devices, dry_run=dry_run)
+    preflight.check_extras(
+        options.model.method, devices, dry_run=dry_run, objective=options.objective.objective
+    )
     per_node = devices.world_size or max(1, len(found))
     resolve.resolve(options, machine=machine, gpus=devices.ids, gpus_per_node=per_node, given=given)
     model = options.model
@@ -42,10 +44,11 @@ def plan(
     preflight.check_init(run, kind)
     preflight.check_template(run.model.template, run.model.model, kind)
     added = vocab.check_before_launch(run, run.model.model if kind == "local" else None)
-    data = run.data.data or preflight.default_data()
+    data = run.data.data or preflight.default_data(run.objective.objective)
     data_info = preflight.check_data(
-        data, columns=run.data.data_columns, ratios=run.data.data_ratios
-    )
+        data, columns=run.data.data_columns, ratios=run.data.data_ratios,
+        objective=run.objective.objective,
+    )  # fmt: skip
     eval_info = preflight.check_eval_data(run, data_info)
     preflight.check_output(run, spec, force=force)
     resume_from = preflight.check_resume(run, kind)
@@ -77,7 +80,10 @@ def header(p: Plan) -> str:
     est = ""
     if devices.kind == "cuda" and p.estimate is not None:
         est = f", estimate {p.estimate.gpu_total_gib:.2f} GiB per GPU"
-    return f"dojo train: {run.model.method}, ZeRO-{run.zero.stage}, {where}, {run.kernels.precision}{est}"
+    what: str = run.model.method
+    if run.objective.preference:
+        what = f"{run.objective.objective.upper()} {what}"
+    return f"dojo train: {what}, ZeRO-{run.zero.stage}, {where}, {run.kernels.precision}{est}"
 
 
 def stage_advice(run: Run) -> list[str]:

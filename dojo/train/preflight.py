@@ -148,12 +148,17 @@ def _cpu() -> Machine:
     return Machine(cuda=False, host_memory_gib=host_memory_gib())
 
 
-def check_extras(method: str, devices: Devices, *, dry_run: bool = False) -> None:
+def check_extras(
+    method: str, devices: Devices, *, dry_run: bool = False, objective: str = "sft"
+) -> None:
     need = {**_EXTRAS, **_EXTRAS_BY_METHOD.get(method, {})}
+    if objective != "sft":
+        need["trl"] = "trl"  # the preference trainers
     missing = [pip for mod, pip in need.items() if importlib.util.find_spec(mod) is None]
     if missing and not dry_run:
+        what = f"--method {method}" + (f" --objective {objective}" if objective != "sft" else "")
         raise MissingExtraError(
-            f"dojo train --method {method} needs {', '.join(missing)}, not installed",
+            f"dojo train {what} needs {', '.join(missing)}, not installed",
             hint="pip install 'dojo[train]'",
         )
     if not dry_run:
@@ -265,10 +270,12 @@ def check_template(template: str | None, model: str | None, model_kind: str) -> 
             ) from None
 
 
-def default_data() -> tuple[str, ...]:
+def default_data(objective: str = "sft") -> tuple[str, ...]:
+    """The bundled demo data: chats for SFT, preference pairs for the other objectives."""
     from dojo.paths import templates_dir
 
-    return (str(templates_dir() / "data" / "demo_chat.jsonl"),)
+    name = "demo_chat.jsonl" if objective == "sft" else "demo_preference.jsonl"
+    return (str(templates_dir() / "data" / name),)
 
 
 def check_data(
@@ -276,16 +283,18 @@ def check_data(
     flag: str = "--data",
     columns: tuple[str, ...] = (),
     ratios: tuple[float, ...] = (),
+    objective: str = "sft",
 ) -> dict[str, Any]:
-    """Local files must hold >= 1 valid row; Hub datasets, Parquet and CSV are checked cheaply
-    (cache, schema, first rows) and read by the worker."""
+    """Local files must hold >= 1 valid row (of ``objective``: conversations for sft,
+    preference rows otherwise); Hub datasets, Parquet and CSV are checked cheaply (cache,
+    schema, first rows) and read by the worker."""
     from dojo.train import sources
     from dojo.train.rows import read_rows
 
     try:
         if flag == "--data":
             sources.parse_all(list(data), ratios)  # weights: all or none, one ratio per source
-        report = read_rows(list(data), columns=sources.parse_columns(columns))
+        report = read_rows(list(data), columns=sources.parse_columns(columns), objective=objective)
     except DataError as e:  # rows.py names --data; the same reader checks --eval-data
         if flag == "--data" or not e.message.startswith("--data"):
             raise
@@ -300,16 +309,25 @@ def check_data(
         first = f"; first problem: {report.bad[0][0]}: {report.bad[0][1]}" if report.bad else ""
         raise DataError(
             f"{flag} {', '.join(data)}: no valid row{first}",
-            hint="each row needs messages (OpenAI), conversations (ShareGPT) or instruction/output (Alpaca)",
+            hint=PREFERENCE_HINT
+            if objective != "sft"
+            else "each row needs messages (OpenAI), conversations (ShareGPT) or instruction/output (Alpaca)",
         )
     return info
+
+
+PREFERENCE_HINT = (
+    "each row needs prompt, chosen and rejected (TRL), conversations + chosen + rejected "
+    "(LLaMA-Factory), or for kto prompt + completion + label (docs/train.md#preference-tuning)"
+)
 
 
 def check_eval_data(run: Run, train_info: dict[str, Any]) -> str:
     """--eval-data is checked like --data; --eval-split must leave rows on both sides. Returns
     the line to print ("" without eval)."""
     if run.data.eval_data:
-        info = check_data(run.data.eval_data, flag="--eval-data", columns=run.data.data_columns)
+        info = check_data(run.data.eval_data, flag="--eval-data", columns=run.data.data_columns,
+                          objective=run.objective.objective)  # fmt: skip
         return str(info["summary"])
     if run.data.eval_split is None:
         return ""

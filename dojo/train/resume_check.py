@@ -18,6 +18,7 @@ from dojo.errors import LaunchError
 
 RESUME_KEYS: dict[str, str] = {
     "method": "--method",
+    "objective": "--objective",
     "zero_stage": "--zero",
     "world_size": "processes",
     "model": "--model",
@@ -29,7 +30,8 @@ RESUME_KEYS: dict[str, str] = {
     "sub_group_size": "--sub-group-size",
 }
 """Settings that change what a checkpoint holds (shard layout, adapter shapes, dtypes, optimizer
-placement): loading one across a change crashes or silently trains something else."""
+placement, the objective its optimizer state followed): loading one across a change crashes or
+silently trains something else."""
 _LORA_ONLY = ("lora_r", "lora_targets")
 RECORD_NAMES = ("run.json", "train.json")
 
@@ -41,12 +43,14 @@ def flat(record: dict[str, Any]) -> dict[str, Any]:
         return record  # a marker
     group: dict[str, dict[str, Any]] = {
         g: run[g] if isinstance(run.get(g), dict) else {}
-        for g in ("model", "zero", "kernels", "lora", "devices")
+        for g in ("model", "zero", "kernels", "lora", "devices", "objective")
     }
     zero = group["zero"]
     paths = record.get("paths") or {}
     return {
         "method": group["model"].get("method"),
+        # A run record written before --objective existed trained SFT.
+        "objective": group["objective"].get("objective", "sft"),
         "zero_stage": zero.get("stage"),
         "world_size": int(run.get("gpus_per_node", 1)) * int(group["devices"].get("num_nodes", 1)),
         "model": group["model"].get("model"),

@@ -38,6 +38,7 @@ from dojo.chat.conversation import FORMATS, Message, PlainText, to_example
 from dojo.errors import DataError, DojoError
 from dojo.safe_load import clip
 from dojo.train import data_check, sources
+from dojo.train.preference import Preference, to_preference
 
 ROW_SUFFIXES = (".jsonl", ".ndjson", ".json")
 """Read here. .json holds one array of records, one record, or (as `datasets` accepts) JSON lines."""
@@ -47,6 +48,8 @@ here before launch."""
 _TABLE_SUFFIXES = (".tsv",)
 Example = list[Message] | PlainText
 """What a valid row becomes: messages (rendered with the chat template) or plain text."""
+Row = Example | Preference
+"""A valid row of any objective: an SFT example, or a preference pair / unpaired answer."""
 _SNIFF_BYTES = 8192  # a NUL byte in the first 8 KiB means binary, as git and grep decide
 MAX_FILE_BYTES = 4 << 30
 """A .jsonl/.json file is read whole (by the preflight, then by every rank): 4 GiB of JSON is
@@ -57,7 +60,7 @@ MAX_ROW_CHARS = 64 << 20
 
 @dataclass(frozen=True)
 class RowsReport:
-    rows: list[tuple[str, Example]] = field(default_factory=list)
+    rows: list[tuple[str, Row]] = field(default_factory=list)
     bad: list[tuple[str, str]] = field(default_factory=list)
     format_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FORMATS, 0))
     passthrough: list[str] = field(default_factory=list)
@@ -96,11 +99,13 @@ def read_rows(
     hub_check: bool | None = None,
     columns: dict[str, str] | None = None,
     count_tables: bool | None = None,
+    objective: str = "sft",
 ) -> RowsReport:
     """Every row of every local JSON file (see module docstring). ``paths`` are --data values
     (dojo.train.sources: files, folders, Hub datasets, =WEIGHT); ``columns`` {source: target}
     renames columns before a row is read. Parquet/CSV files and Hub datasets go to
-    ``passthrough`` (as file paths / the Hub spec) after a cheap check.
+    ``passthrough`` (as file paths / the Hub spec) after a cheap check. ``objective``: sft
+    reads conversations, the others preference rows (dojo.train.preference).
 
     ``hub_check``: ask the cache/Hub whether a Hub id can be read; None = only outside a
     launched rank (LOCAL_RANK unset): the launcher checked before launch, ranks need not ask.
@@ -122,15 +127,20 @@ def read_rows(
             report.passthrough.append(src.key())
             continue
         for ref in src.files:
-            _read_file(report, ref, template, cols, count_tables)
+            _read_file(report, ref, template, cols, count_tables, objective)
     return report
 
 
 def _read_file(
-    report: RowsReport, ref: str, template: Any, cols: dict[str, str], count_tables: bool
+    report: RowsReport,
+    ref: str,
+    template: Any,
+    cols: dict[str, str],
+    count_tables: bool,
+    objective: str = "sft",
 ) -> None:
     def validate(record: Any) -> Any:
-        return validate_record(sources.rename(record, cols))
+        return validate_record(sources.rename(record, cols), objective)
 
     def count(source: str, record: Any) -> None:
         try:
@@ -138,7 +148,7 @@ def _read_file(
         except DojoError as e:
             report.bad.append((source, e.message))
             return
-        report.format_counts[fmt] += 1
+        report.format_counts[fmt] = report.format_counts.get(fmt, 0) + 1
 
     tally = count if count_tables else None
     path = _check_file(ref)
@@ -165,11 +175,14 @@ def _read_file(
         if nested:
             report.bad.append((source, f"nested deeper than {safe_load.MAX_DEPTH} levels"))
             continue
-        _add(report, source, sources.rename(record, cols), template)
+        _add(report, source, sources.rename(record, cols), template, objective)
 
 
-def validate_record(record: Any) -> tuple[str, Example]:
-    """(format, messages or PlainText) for a usable row; DataError saying why not."""
+def validate_record(record: Any, objective: str = "sft") -> tuple[str, Row]:
+    """(format, messages or PlainText) for a usable row; DataError saying why not. A
+    preference ``objective`` reads a Pair or Unpaired row instead."""
+    if objective != "sft":
+        return to_preference(record, objective)
     fmt, messages = to_example(record)
     if isinstance(messages, PlainText):
         return fmt, messages  # to_example refused an empty text/completion
@@ -181,15 +194,17 @@ def validate_record(record: Any) -> tuple[str, Example]:
     return fmt, messages
 
 
-def _add(report: RowsReport, source: str, record: Any, template: Any) -> None:
+def _add(
+    report: RowsReport, source: str, record: Any, template: Any, objective: str = "sft"
+) -> None:
     try:
-        fmt, messages = validate_record(record)
-        if template is not None and not isinstance(messages, PlainText):
+        fmt, messages = validate_record(record, objective)
+        if template is not None and isinstance(messages, list):
             _render_check(template, messages)
     except DojoError as e:
         report.bad.append((source, e.message))
         return
-    report.format_counts[fmt] += 1
+    report.format_counts[fmt] = report.format_counts.get(fmt, 0) + 1
     report.rows.append((source, messages))
 
 

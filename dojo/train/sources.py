@@ -34,7 +34,7 @@ FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".csv")
 """Files a folder contributes (and files --data reads)."""
 COLUMN_TARGETS = (
     "messages", "conversations", "instruction", "input", "output", "system", "history",
-    "text", "prompt", "completion",
+    "text", "prompt", "completion", "chosen", "rejected", "label",
 )  # fmt: skip
 """Columns dojo reads a format from: the left side of --data-columns."""
 _HUB = re.compile(

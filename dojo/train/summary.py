@@ -43,6 +43,12 @@ def describe(summary: dict[str, Any], run_dir: Path, wall_s: float) -> str:
     parts = [f"done in {wall_s:.0f} s"]
     if summary.get("loss_last") is not None:
         parts.append(f"loss {summary.get('loss_first', 0):.3f} -> {summary['loss_last']:.3f}")
+    if summary.get("reward_accuracy_last") is not None:
+        parts.append(f"reward accuracy {summary.get('reward_accuracy_first') or 0:.2f} -> "
+                     f"{summary['reward_accuracy_last']:.2f}")  # fmt: skip
+    elif summary.get("reward_margin_last") is not None:
+        parts.append(f"reward margin {summary.get('reward_margin_first') or 0:.3f} -> "
+                     f"{summary['reward_margin_last']:.3f}")  # fmt: skip
     if summary.get("eval_loss_best") is not None:
         kept = " (kept)" if summary.get("kept_best") else ""
         stop = ", stopped early" if summary.get("stopped_early") else ""

@@ -25,7 +25,9 @@ TINY_LLAMA = {
 REPO = Path(__file__).resolve().parents[2]
 H200 = [Gpu(0, "NVIDIA H200", 139.8), Gpu(1, "NVIDIA H200", 139.8)]
 # Fields of the Run that change memory: both commands must resolve them the same way.
-MEMORY_FIELDS = ("model", "data", "zero", "kernels", "lora", "loop", "gpus_per_node", "device")
+MEMORY_FIELDS = (
+    "model", "objective", "data", "zero", "kernels", "lora", "loop", "gpus_per_node", "device",
+)  # fmt: skip
 """Everything the estimate reads: every group it uses, whole."""
 GRID: list[list[str]] = [
     [],
@@ -41,6 +43,9 @@ GRID: list[list[str]] = [
     ["--packing", "--seq-len", "1024"],
     ["--method", "lora", "--lora-targets", "q_proj,v_proj", "--grad-ckpt"],
     ["--zero", "3", "--bucket-size", "auto", "--micro-batch", "1"],
+    ["--objective", "dpo", "--zero", "3"],
+    ["--objective", "kto", "--method", "lora", "--precompute-ref-log-probs"],
+    ["--objective", "orpo", "--method", "lora", "--micro-batch", "2"],
 ]
 
 

@@ -160,6 +160,14 @@ def test_missing_extra_is_named(
     assert e.value.hint == "pip install 'dojo[train]'"
 
 
+def test_a_preference_objective_needs_trl(monkeypatch: pytest.MonkeyPatch) -> None:
+    _installed(monkeypatch, "trl")
+    preflight.check_extras("lora", Devices("cpu", (0,)))  # SFT does not
+    with pytest.raises(MissingExtraError) as e:
+        preflight.check_extras("lora", Devices("cpu", (0,)), objective="dpo")
+    assert e.value.message == "dojo train --method lora --objective dpo needs trl, not installed"
+
+
 def test_qlora_needs_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     _installed(monkeypatch)  # the CUDA check, whatever this machine has installed
     with pytest.raises(LaunchError) as e:

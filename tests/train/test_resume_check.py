@@ -242,3 +242,28 @@ def test_zero3_tile_change_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match="with --sub-group-size 1000000000, this run asks --sub"):
         preflight.check_resume(now)
     assert preflight.check_resume(run_of(**common, sub_group_size=1_000_000_000))
+
+
+def test_a_change_of_objective_is_refused(tmp_path: Path) -> None:
+    """A DPO checkpoint's optimizer state and weights followed another loss than SFT's or KTO's."""
+    from dojo.train import preflight
+    from tests.runs import run_of
+
+    _ckpt(tmp_path, 10, {"objective": "dpo"})
+    (tmp_path / "train.json").write_text(json.dumps(RUN))
+    common: dict[str, Any] = {"output_dir": str(tmp_path), "resume": True, "method": "lora"}
+    common |= {"stage": 2, "gpus_per_node": 2, "micro_batch": 2}
+    with pytest.raises(LaunchError) as e:
+        preflight.check_resume(run_of(**common, objective="kto"))
+    assert "trained with --objective dpo, this run asks --objective kto" in e.value.message
+    assert e.value.hint == "rerun with --objective dpo, or start a new --output-dir"
+    assert preflight.check_resume(run_of(**common, objective="dpo")) == str(
+        tmp_path / "checkpoint-10"
+    )
+    # A run record written before --objective existed trained SFT.
+    _ckpt(tmp_path, 20)  # its marker predates the key too
+    old = run_of(output_dir=str(tmp_path), method="lora", gpus_per_node=2).to_dict()
+    del old["objective"]
+    (tmp_path / "train.json").write_text(json.dumps({"run": old}))
+    with pytest.raises(LaunchError, match="--objective sft, this run asks --objective dpo"):
+        preflight.check_resume(run_of(**common, objective="dpo"))

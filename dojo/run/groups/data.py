@@ -14,7 +14,8 @@ class DataOptions:
     data: tuple[str, ...] = opt(
         (),
         "jsonl/json/parquet/csv file, folder, or Hub dataset OWNER/NAME[:SUBSET][@SPLIT]; repeat "
-        "for several, =WEIGHT to mix (a.jsonl=0.7) [default: bundled demo chats]",
+        "for several, =WEIGHT to mix (a.jsonl=0.7) [default: bundled demo chats; demo "
+        "preference pairs for a preference --objective]",
         metavar="PATH",
     )
     data_columns: tuple[str, ...] = opt(

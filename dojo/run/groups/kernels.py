@@ -140,7 +140,13 @@ def softcap_problem(k: KernelOptions, spec: Any) -> tuple[str, str] | None:
 
 
 def resolve_kernels(
-    k: KernelOptions, *, machine: Machine, spec: Any, packing: bool, said: list[str]
+    k: KernelOptions,
+    *,
+    machine: Machine,
+    spec: Any,
+    packing: bool,
+    said: list[str],
+    preference: bool = False,
 ) -> KernelOptions:
     """Every "auto" of the group decided for ``machine`` and the model ``spec`` (None: unknown)."""
     cuda = machine.cuda
@@ -148,7 +154,12 @@ def resolve_kernels(
     compiled = k.compile == "on"
     liger = k.liger
     if liger == "auto":
-        if not (cuda and machine.liger):
+        if preference:
+            liger = "off"
+            if cuda and machine.liger:
+                said.append("liger off: TRL's preference trainers compute log-probabilities "
+                            "with their own chunked head")  # fmt: skip
+        elif not (cuda and machine.liger):
             liger = "off"
             said.append("liger off: needs CUDA and liger-kernel (pip install 'dojo[gpu]')")
         elif compiled:

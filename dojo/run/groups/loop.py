@@ -43,7 +43,9 @@ class LoopOptions:
         commands=ALL,
     )
     lr: float | None = opt(
-        None, "Peak learning rate [default: 2e-4 LoRA/QLoRA, 2e-5 full]",
+        None,
+        "Peak learning rate [default: 2e-4 LoRA/QLoRA, 2e-5 full; a preference objective "
+        "5e-6 / 1e-6]",
         lo=1e-12, hi=1.0, example="2e-4",
     )  # fmt: skip
     lr_scheduler: Scheduler = opt(
@@ -160,7 +162,7 @@ def eval_every(loop: LoopOptions, save_steps: int) -> int:
 
 def resolve_loop(
     loop: LoopOptions, *, full: bool, cuda: bool, ds_optimizer: bool, evaluates: bool,
-    save_steps: int,
+    save_steps: int, preference: bool = False,
 ) -> LoopOptions:  # fmt: skip
     optim = loop.optim
     if ds_optimizer:
@@ -170,7 +172,17 @@ def resolve_loop(
     return dataclasses.replace(
         loop,
         optim=optim,
-        lr=loop.lr if loop.lr is not None else (2e-5 if full else 2e-4),
+        lr=loop.lr if loop.lr is not None else default_lr(full, preference),
         eval_steps=eval_every(loop, save_steps) if evaluates else None,
         keep_best="on" if evaluates and keeps_best(loop) else "off",
     )
+
+
+def default_lr(full: bool, preference: bool) -> float:
+    """--lr unset: SFT's 2e-5 full / 2e-4 adapters; a preference objective's smaller steps
+    (``dojo.run.groups.objective.LR_PREFERENCE``: TRL's and LLaMA-Factory's)."""
+    if preference:
+        from dojo.run.groups.objective import LR_PREFERENCE
+
+        return LR_PREFERENCE["full" if full else "adapters"]
+    return 2e-5 if full else 2e-4

@@ -29,7 +29,19 @@ is named off here; left unnamed, a kernel keeps its default (on)."""
 
 
 def build_training_args(job: Any) -> TrainingArguments:
-    """Before the model: with ZeRO-3 this arms zero.Init so weights load already sharded."""
+    """Before the model: with ZeRO-3 this arms zero.Init so weights load already sharded. A
+    preference objective gets TRL's config class (a TrainingArguments) from the same values."""
+    kwargs = training_kwargs(job)
+    if job.run.objective.preference:
+        from dojo.train.worker.objectives import build_config
+
+        config: TrainingArguments = build_config(job.run, kwargs)
+        return config
+    return TrainingArguments(**kwargs)
+
+
+def training_kwargs(job: Any) -> dict[str, Any]:
+    """TrainingArguments' keyword arguments for the run (every value decided by resolve)."""
     run = job.run
     prec = run.kernels.precision
     save = run.output.save_steps > 0
@@ -45,7 +57,7 @@ def build_training_args(job: Any) -> TrainingArguments:
     warmup: float = (
         run.loop.warmup_ratio if run.loop.warmup_ratio is not None else run.loop.warmup_steps
     )
-    return TrainingArguments(
+    return dict(
         output_dir=job.run_dir,
         per_device_train_batch_size=run.loop.micro_batch,
         per_device_eval_batch_size=run.loop.micro_batch,

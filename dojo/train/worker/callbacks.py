@@ -120,6 +120,9 @@ class Progress(TrainerCallback):
         t, tok, _ = self._last
         tps = (state.num_input_tokens_seen - tok) / max(now - t, 1e-9)
         info = f"loss {logs['loss']:.4f}  lr {logs.get('learning_rate', 0.0):.2e}  tok/s {tps:,.0f}"
+        for key, name in (("rewards/accuracies", "reward acc"), ("rewards/margins", "margin")):
+            if key in logs:  # a preference run (TRL's metrics)
+                info += f"  {name} {logs[key]:.3f}"
         if self._bar is not None:
             self._bar.update(self._task, completed=state.global_step, info=info + self._eval)
         else:

@@ -91,6 +91,8 @@ def build(
         print0(f"eval data: {e['used']} examples from {e['rows']} rows ({e['bad']} bad)")
         if not e["used"]:
             _stop("no eval example left after tokenization (see the eval data report above)")
+    if run.objective.preference:
+        return train, evals, None, info  # TRL's trainer brings its own collator
     pad_id = (
         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     )

@@ -69,19 +69,22 @@ class DataReport:
         return d
 
 
-def load_rows(paths: list[str], columns: dict[str, str] | None = None) -> RowsReport:
+def load_rows(
+    paths: list[str], columns: dict[str, str] | None = None, objective: str = "sft"
+) -> RowsReport:
     """Local JSON files via dojo.train.rows, then Parquet/CSV files and Hub datasets via
-    `datasets`; ``columns`` {source: target} renames columns first."""
+    `datasets`; ``columns`` {source: target} renames columns first; ``objective``: which rows
+    are valid (conversations for sft, preference rows otherwise)."""
     cols = columns or {}
-    report = read_rows(list(paths), columns=cols)
+    report = read_rows(list(paths), columns=cols, objective=objective)
     for ref in report.passthrough:
         for source, record in _dataset_records(ref):
             try:
-                fmt, messages = validate_record(sources.rename(record, cols))
+                fmt, messages = validate_record(sources.rename(record, cols), objective)
             except DojoError as e:
                 report.bad.append((source, e.message))
                 continue
-            report.format_counts[fmt] += 1
+            report.format_counts[fmt] = report.format_counts.get(fmt, 0) + 1
             report.rows.append((source, messages))
     return report
 

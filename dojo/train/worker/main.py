@@ -188,7 +188,16 @@ def apply_lora(model: Any, run: Run) -> Any:
     """PEFT LoRA on every linear layer but the head (PEFT's "all-linear"), or the named ones."""
     if run.model.method == "full":
         return model
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
+
+    model = get_peft_model(model, lora_config(model, run))
+    prepare_adapters(model, run)
+    return model
+
+
+def lora_config(model: Any, run: Run) -> Any:
+    """The run's PEFT LoraConfig for ``model`` (not yet wrapped)."""
+    from peft import LoraConfig
 
     names = run.lora.target_names
     target_modules: str | list[str] = "all-linear" if names is None else list(names)
@@ -197,7 +206,7 @@ def apply_lora(model: Any, run: Run) -> Any:
         extra["modules_to_save"] = list(run.lora.modules_to_save)
         # Tied input/output embeddings stay one matrix when both are trained in full.
         extra["ensure_weight_tying"] = serving.is_tied(model)
-    cfg = LoraConfig(
+    return LoraConfig(
         r=run.lora.lora_r,
         lora_alpha=run.lora.lora_alpha,
         lora_dropout=run.lora.lora_dropout,
@@ -207,7 +216,10 @@ def apply_lora(model: Any, run: Run) -> Any:
         use_rslora=run.lora.rslora,
         **extra,
     )
-    model = get_peft_model(model, cfg)
+
+
+def prepare_adapters(model: Any, run: Run) -> None:
+    """After PEFT wrapped ``model``: inputs that require grad where needed; say what trains."""
     if run.kernels.grad_ckpt or run.zero.leaf_classes:
         # Checkpointing needs a grad-requiring input to recompute. So do ZeRO-3 leaf layers: with
         # a frozen embedding, layer 0's inputs need no grad, and then torch fires its full backward
@@ -219,7 +231,6 @@ def apply_lora(model: Any, run: Run) -> Any:
     print0(
         f"{kind} r={run.lora.lora_r} alpha={run.lora.lora_alpha}{scale}: {trainable:,} trainable parameters"
     )
-    return model
 
 
 def save(trainer: Trainer, tokenizer: Any, job: Job, weights: str, served: Any) -> None:
@@ -265,6 +276,7 @@ def write_summary(
 ) -> None:
     """OUTPUT/dojo_summary.json: measured beside estimated, like for like (dojo.train.summary)."""
     from dojo.train.summary import memory_block
+    from dojo.train.worker.objectives import reward_summary
 
     measured = measures.summary()  # every rank: all-reduces the GPU peaks
     if not is_rank0():
@@ -275,6 +287,8 @@ def write_summary(
         "steps": trainer.state.global_step,
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
+        "objective": run.objective.objective,
+        **reward_summary(trainer.state, run),  # a preference run's (objectives.py)
         **eval_summary(trainer.state, run),
         "memory": memory_block(measured, job.estimate),
         "world_size": run.world_size,
@@ -395,7 +409,8 @@ def train(job: Job) -> int:
     added = serving.prepare_tokenizer(tokenizer, template, run)
     model = load_model(run, weights)
     serving.fit_embeddings(model, tokenizer, run, added)
-    model = apply_lora(model, run)
+    if not run.objective.preference:
+        model = apply_lora(model, run)  # a preference trainer wraps it itself (objectives.py)
     fit_z3_leaf(model, training_args, run)
     dataset, eval_set, collator, report = worker_data.build(job, tokenizer, model, template)
     measures = Measures()
@@ -403,23 +418,30 @@ def train(job: Job) -> int:
         "world_size": run.world_size,
         "zero_stage": run.zero.stage,
         "method": run.model.method,
+        "objective": run.objective.objective,
     }
-    trainer = DojoTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=dataset,
-        eval_dataset=eval_set,
-        data_collator=collator,
-        processing_class=tokenizer,
-        callbacks=[
-            Progress(),
-            StopOnNonFinite(),
-            CheckpointMarker(meta),
-            measures,
-            *eval_callbacks(run),
-            *([RecompileWatch()] if run.kernels.compiled else []),
-        ],
-    )
+    callbacks = [Progress(), StopOnNonFinite(), CheckpointMarker(meta), measures,
+                 *eval_callbacks(run), *([RecompileWatch()] if run.kernels.compiled else [])]  # fmt: skip
+    if run.objective.preference:
+        from dojo.train.worker import objectives
+
+        trainer = objectives.build_trainer(
+            run, model=model, ref_model=objectives.reference_model(run, weights, tokenizer, added),
+            args=training_args, train_dataset=dataset, eval_dataset=eval_set,
+            tokenizer=tokenizer, callbacks=callbacks,
+        )  # fmt: skip
+        if run.model.adapters:
+            prepare_adapters(trainer.model, run)
+    else:
+        trainer = DojoTrainer(
+            model=model,
+            args=training_args,
+            train_dataset=dataset,
+            eval_dataset=eval_set,
+            data_collator=collator,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+        )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; Progress replaces it
     trainer.train(resume_from_checkpoint=job.resume_from)
     if run.loop.keep_best == "on" and trainer.state.best_model_checkpoint:

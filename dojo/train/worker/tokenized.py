@@ -88,6 +88,7 @@ def fingerprint(job: Any, tokenizer: Any, template: Any, packed: bool) -> str:
         "seq_len": run.data.seq_len,
         "overflow": run.data.overflow,
         "packed": packed,
+        "objective": run.objective.objective,
     }
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
@@ -147,12 +148,13 @@ def _build(job: Any, tokenizer: Any, template: Any, packed: bool, final: Path) -
     run = job.run
     columns = sources.parse_columns(run.data.data_columns)
     srcs = sources.parse_all(list(job.data), run.data.data_ratios)
-    rows = _mix([(s, load_rows(_refs(s), columns)) for s in srcs], run.loop.seed)
+    objective = run.objective.objective
+    rows = _mix([(s, load_rows(_refs(s), columns, objective)) for s in srcs], run.loop.seed)
     eval_rows: Any = None
     if run.data.eval_split is not None:
         rows, eval_rows = split_rows(rows, run.data.eval_split, run.loop.seed)
     elif run.data.eval_data:
-        eval_rows = load_rows(list(run.data.eval_data), columns)
+        eval_rows = load_rows(list(run.data.eval_data), columns, objective)
     tmp = final.parent / f"{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -181,7 +183,7 @@ def _mix(parts: list[tuple[sources.Source, Any]], seed: int) -> Any:
         out.bad.extend(rep.bad)
         out.passthrough.extend(rep.passthrough)
         for k, v in rep.format_counts.items():
-            out.format_counts[k] += v
+            out.format_counts[k] = out.format_counts.get(k, 0) + v
     if parts[0][0].weight is None:
         for _, rep in parts:
             out.rows.extend(rep.rows)
@@ -206,17 +208,28 @@ def _mix(parts: list[tuple[sources.Source, Any]], seed: int) -> Any:
 
 
 def _encode(example: Any) -> str:
+    import dataclasses
+
     from dojo.chat.conversation import PlainText
+    from dojo.train.preference import Pair
 
     if isinstance(example, PlainText):
         return json.dumps({"p": [example.prompt, example.completion]})
+    if dataclasses.is_dataclass(example):  # a preference row
+        kind = "pair" if isinstance(example, Pair) else "unpaired"
+        return json.dumps({kind: dataclasses.asdict(example)})  # type: ignore[arg-type]
     return json.dumps({"m": example})
 
 
 def _decode(text: str) -> Any:
     from dojo.chat.conversation import PlainText
+    from dojo.train.preference import Pair, Unpaired
 
     d = json.loads(text)
+    if "pair" in d:
+        return Pair(**d["pair"])
+    if "unpaired" in d:
+        return Unpaired(**d["unpaired"])
     return PlainText(*d["p"]) if "p" in d else d["m"]
 
 
@@ -237,6 +250,15 @@ def _tokenize(
 
     def tokenize(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         pairs = [(s, _decode(r)) for s, r in zip(batch["source"], batch["row"], strict=True)]
+        if run.objective.preference:
+            from dojo.train.worker import preference
+
+            exs, rep = preference.build(
+                pairs, tokenizer, template, seq_len=run.data.seq_len, overflow=run.data.overflow,
+                objective=run.objective.objective,
+            )  # fmt: skip
+            _merge(report, rep)
+            return {k: [e[k] for e in exs] for k in preference.columns(run.objective.objective)}
         exs, rep = ex_mod.build_examples(
             pairs, tokenizer, template, seq_len=run.data.seq_len, overflow=run.data.overflow
         )
