@@ -1,7 +1,7 @@
 """``dojo estimate``: GPU and host memory of the run ``dojo train`` would launch with the same options.
 
 By default it describes dojo train on a CUDA machine with dojo's GPU extras (this machine when it
-has GPUs); ``--liger off --compile off --expandable-segments off --no-packing`` describes a plain
+has GPUs); ``--liger off --expandable-segments off --no-packing`` describes a plain
 HF Trainer + DeepSpeed script. ``--zero all`` lists every stage, bare and with CPU offload
 (DeepSpeed's estimators' menu).
 """

@@ -2,7 +2,7 @@
 activation checkpointing.
 
 ``resolve_kernels`` decides every "auto" from the machine (CUDA, liger-kernel installed,
-PYTORCH_CUDA_ALLOC_CONF) and the model; docs/train.md#kernels says why each rule is what it is.
+PYTORCH_CUDA_ALLOC_CONF) and the model; docs/train.md#kernels-attention-and-compile-the-auto-rules says why each rule is what it is.
 """
 
 import dataclasses
@@ -54,7 +54,7 @@ class KernelOptions:
         "torch.compile each decoder layer: on | off",
         "a packed batch's layout changes every step, and each new layout recompiles: on mixed-"
         "length data that made compiled runs slower than uncompiled ones; on needs fixed shapes "
-        "to pay (docs/train.md#kernels)",
+        "to pay (docs/train.md#kernels-attention-and-compile-the-auto-rules)",
         commands=PLAN,
     )
     expandable_segments: OnOff = opt(
@@ -62,7 +62,7 @@ class KernelOptions:
         "PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) in the "
         "training processes: auto | on | off",
         "auto = on with CUDA unless PYTORCH_CUDA_ALLOC_CONF says otherwise: freed blocks are "
-        "reused in place instead of held reserved (docs/estimate.md#allocator)",
+        "reused in place instead of held reserved (docs/estimate.md#allocator-reserve)",
         commands=PLAN,
     )
     grad_ckpt: bool = opt(
@@ -219,6 +219,6 @@ def _expandable(k: KernelOptions, machine: Machine, said: list[str]) -> bool:
         return conf
     if machine.cuda:
         said.append("expandable segments on: freed blocks are reused in place instead of held "
-                    "reserved (docs/estimate.md#allocator); --expandable-segments off for "
+                    "reserved (docs/estimate.md#allocator-reserve); --expandable-segments off for "
                     "PyTorch's default")  # fmt: skip
     return machine.cuda
