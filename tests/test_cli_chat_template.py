@@ -82,7 +82,7 @@ def test_render_sharegpt_and_alpaca(cli, tmp_path: Path) -> None:
     )
     r = cli("chat-template", "render", "--template", "chatml", "--messages", str(al))
     assert (
-        r.stdout == "<|im_start|>user\ndo\n\nit<|im_end|>\n<|im_start|>assistant\ndone<|im_end|>\n"
+        r.stdout == "<|im_start|>user\ndo\nit<|im_end|>\n<|im_start|>assistant\ndone<|im_end|>\n"
     )
 
 
