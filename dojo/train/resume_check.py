@@ -6,7 +6,7 @@ DeepSpeed/PEFT traceback while loading. Pure: dicts in, sentences out.
 
 The saved side is the checkpoint marker (``dojo_checkpoint.json``: what that checkpoint was
 trained with, written by the worker's CheckpointMarker) over the run record beside it
-(``train.json``, or the coming ``run.json``); the marker wins where both say something, because
+(dojo.paths.RUN_FILE, ``train.json``); the marker wins where both say something, because
 a later launch may have rewritten the run record. Keys are compared only where both sides have
 them, so older markers and records still resume.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dojo.errors import LaunchError
+from dojo.paths import RUN_FILE
 from dojo.zero.build import SUB_GROUP_SIZE
 
 RESUME_KEYS: dict[str, str] = {
@@ -33,7 +34,6 @@ RESUME_KEYS: dict[str, str] = {
 """Settings that change what a checkpoint holds (shard layout, adapter shapes, dtypes, optimizer
 placement): loading one across a change crashes or silently trains something else."""
 _LORA_ONLY = ("lora_r", "lora_targets")
-RECORD_NAMES = ("run.json", "train.json")
 
 
 def flat(record: dict[str, Any]) -> dict[str, Any]:
@@ -116,14 +116,11 @@ def checkpoint_meta_mismatch(marker: dict[str, Any], new: dict[str, Any]) -> lis
 
 def read_record(output_dir: str | Path) -> dict[str, Any]:
     """The run record a previous launch wrote into the run folder ({} when there is none)."""
-    for name in RECORD_NAMES:
-        try:
-            data = json.loads((Path(output_dir) / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            return data
-    return {}
+    try:
+        data = json.loads((Path(output_dir) / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def refuse_mismatch(ckpt: Path, output_dir: str | Path, new: dict[str, Any]) -> None:
