@@ -81,9 +81,7 @@ def test_render_sharegpt_and_alpaca(cli, tmp_path: Path) -> None:
         json.dumps({"instruction": "do", "input": "it", "output": "done"}), encoding="utf-8"
     )
     r = cli("chat-template", "render", "--template", "chatml", "--messages", str(al))
-    assert (
-        r.stdout == "<|im_start|>user\ndo\nit<|im_end|>\n<|im_start|>assistant\ndone<|im_end|>\n"
-    )
+    assert r.stdout == "<|im_start|>user\ndo\nit<|im_end|>\n<|im_start|>assistant\ndone<|im_end|>\n"
 
 
 def test_render_tools_file(cli, tmp_path: Path, convo_file: Path) -> None:

@@ -11,7 +11,7 @@ from dojo.errors import ConfigError
 from dojo.run import inputs, resolve, resolve_loop
 from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS, SCHEDULERS
 from dojo.run.resolved import ResolvedRun
-from tests.runs import CPU, CUDA, run_of
+from tests.helpers.runs import CPU, CUDA, run_of
 
 NEW = ("eval_data", "eval_split", "eval_steps", "early_stopping", "keep_best", "warmup_ratio",
        "lr_scheduler", "weight_decay", "max_grad_norm", "neftune_alpha", "dora", "rslora",

@@ -10,7 +10,7 @@ from dojo.errors import ConfigError, DojoError
 from dojo.run import inputs, resolve
 from dojo.run.catalog import COMMAND_OPTIONS, OPTIONS
 from dojo.run.resolved import ResolvedRun
-from tests.runs import CPU, CUDA, run_of, values
+from tests.helpers.runs import CPU, CUDA, run_of, values
 
 PRESETS = Path(__file__).resolve().parents[1] / "templates" / "train"
 

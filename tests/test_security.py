@@ -18,7 +18,7 @@ from dojo.chat.template import ChatTemplate, render
 from dojo.errors import TemplateError
 from dojo.train import launch
 from dojo.train.launch import Devices
-from tests.runs import run_of
+from tests.helpers.runs import run_of
 
 MSGS = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
 SECRET = "s3cr3t-token-do-not-leak"

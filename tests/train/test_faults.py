@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from dojo.train import checkpoints
-from tests.train.procs import run_processes as _run_processes
-from tests.train.procs import start_train
-from tests.train.procs import wait_for as _wait_for
+from tests.helpers.procs import run_processes as _run_processes
+from tests.helpers.procs import start_train
+from tests.helpers.procs import wait_for as _wait_for
 
 pytestmark = pytest.mark.slow
 STEPS = 60  # ~8 s of training: a wide window to kill in, yet a small run

@@ -17,9 +17,9 @@ import pytest
 
 from dojo.errors import LaunchError
 from dojo.train import checkpoints
-from tests.train.procs import run_processes as _run_processes
-from tests.train.procs import start_train
-from tests.train.procs import wait_for as _wait_for
+from tests.helpers.procs import run_processes as _run_processes
+from tests.helpers.procs import start_train
+from tests.helpers.procs import wait_for as _wait_for
 
 pytestmark = pytest.mark.slow
 GONE_WITHIN_S = 10.0

@@ -215,7 +215,7 @@ def test_checkpoint_marker_writes_settings_and_manifest(tmp_path: Path) -> None:
 def test_preflight_compares_the_resolved_run(tmp_path: Path) -> None:
     """dojo train --resume: this run's ResolvedRun against the checkpoint, before launch."""
     from dojo.train import preflight
-    from tests.runs import run_of
+    from tests.helpers.runs import run_of
 
     _ckpt(tmp_path, 10)
     (tmp_path / "train.json").write_text(json.dumps(RUN))
@@ -230,7 +230,7 @@ def test_zero3_tile_change_is_refused(tmp_path: Path) -> None:
     """A ZeRO-3 checkpoint's fp32 optimizer state is sharded by sub_group_size: a record from
     before dojo wrote it ran DeepSpeed's 1e9, which today's 1e8 default cannot load."""
     from dojo.train import preflight
-    from tests.runs import run_of
+    from tests.helpers.runs import run_of
 
     meta = {"method": "full", "zero_stage": 3, "world_size": 2, "precision_resolved": "fp32"}
     _ckpt(tmp_path, 10, meta)  # an old marker: no sub_group_size, the record beside it decides

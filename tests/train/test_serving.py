@@ -156,7 +156,7 @@ def test_training_args_spell_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     # build_training_args sets this (setdefault) for the worker process; here, in pytest's own
     # process, it would leak into every later run's environment and move their TensorBoard logs.
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tensorboard"))
-    from tests.runs import run_of
+    from tests.helpers.runs import run_of
 
     (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 0}}))
     run = run_of(

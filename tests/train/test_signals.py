@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from dojo.train import supervise
-from tests.train.procs import FAKE_LAUNCHER as _FAKE
-from tests.train.procs import REPO
-from tests.train.procs import WRAP as _WRAP
-from tests.train.procs import alive as _alive
+from tests.helpers.procs import FAKE_LAUNCHER as _FAKE
+from tests.helpers.procs import REPO
+from tests.helpers.procs import WRAP as _WRAP
+from tests.helpers.procs import alive as _alive
 
 
 def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[int]]:

@@ -14,7 +14,7 @@ from dojo.architectures import ARCHITECTURES
 from dojo.errors import LaunchError
 from dojo.run.resolved import ResolvedRun
 from dojo.train import preflight
-from tests.test_hub import MAIN_SHA, V1_SHA, cache_model
+from tests.helpers.hub import MAIN_SHA, V1_SHA, cache_model
 
 
 @pytest.fixture
