@@ -1,8 +1,13 @@
 """dojo.chat.conversation: records in the formats users bring, normalised to messages."""
 
+from typing import Any
+
 import pytest
+from hypothesis import given
 
 from dojo.chat.conversation import to_messages
+from dojo.errors import DataError
+from tests.helpers.fuzz import FAST, json_values
 
 
 @pytest.mark.parametrize(
@@ -40,3 +45,13 @@ def test_alpaca_system_and_history_come_first() -> None:
         {"role": "user", "content": "Add\n2 3"},
         {"role": "assistant", "content": "5"},
     ]
+
+
+@FAST
+@given(json_values)
+def test_conversation_formats_fail_only_with_data_errors(record: Any) -> None:
+    try:
+        fmt, msgs = to_messages(record)
+    except DataError:
+        return
+    assert fmt in ("messages", "sharegpt", "alpaca") and isinstance(msgs, list) and msgs
