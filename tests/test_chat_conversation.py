@@ -47,6 +47,7 @@ def test_alpaca_system_and_history_come_first() -> None:
     ]
 
 
+@pytest.mark.slow  # hypothesis: seconds; `make test` runs it
 @FAST
 @given(json_values)
 def test_conversation_formats_fail_only_with_data_errors(record: Any) -> None:

@@ -3,12 +3,15 @@ tools, through every bundled template, and random template text, give a string o
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dojo.chat.template import ChatTemplate, bundled_names, load_template, render
 from dojo.errors import DataError, DojoError, TemplateError
 from tests.helpers.fuzz import FAST, conversations, json_values, message
+
+pytestmark = pytest.mark.slow  # hypothesis: seconds a property; `make test` runs them
 
 TEMPLATES = {name: load_template(name) for name in bundled_names()}
 

@@ -6,6 +6,7 @@ import dataclasses
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +14,8 @@ from dojo import estimate as est
 from dojo.errors import EstimateError
 from dojo.modelspec import ModelSpec, known_names, resolve_model
 from tests.helpers.fuzz import DEVICES, FAST
+
+pytestmark = pytest.mark.slow  # hypothesis: about a second a property; `make test` runs them
 
 SPECS = [resolve_model(n) for n in known_names()]
 specs = st.sampled_from(SPECS)

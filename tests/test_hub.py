@@ -1,4 +1,4 @@
-"""Hub ids through huggingface_hub (issue 15 item 2): the local cache, HF_HUB_OFFLINE=1,
+"""dojo.hub: Hub ids through huggingface_hub: the local cache, HF_HUB_OFFLINE=1,
 --revision, the built-in fallback and the refused (gated/private) answers. No network: every test
 gets its own Hugging Face cache laid out as huggingface_hub writes it, and offline mode."""
 

@@ -1,4 +1,4 @@
-"""The training-loop options (issue 15, items 1 and 6): catalogue, YAML, resolve rules, errors."""
+"""The training-loop options: catalogue, YAML, resolve rules, errors."""
 
 import dataclasses
 import json

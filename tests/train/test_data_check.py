@@ -1,4 +1,5 @@
-"""Issue 14, data: refused before launch (one line, nothing written), JSONL split at "\\n" only.
+"""dojo.train.data_check: data refused before launch (one line, nothing written), JSONL split at
+"\\n" only, and Hub datasets asked with the token huggingface_hub would send.
 
 Each case used to pass preflight and fail after launch in every rank (datasets' traceback), or,
 for JSONL, cut a row in two at a raw U+2028/U+2029/U+0085 inside a string.

@@ -1,7 +1,7 @@
 """`dojo chat` / `dojo export` before any model loads: what a run folder holds, and every refusal.
 
 Fast and torch-free: run folders are faked with a real train.json (a ResolvedRun) and the files
-`dojo train` writes; the slow tests (test_chat_export.py) load and generate.
+`dojo train` writes; the slow tests (test_cli_chat_export.py) load and generate.
 """
 
 import json

@@ -1,4 +1,5 @@
-"""Issue 14, resume: other settings refused before launch; damaged checkpoints skipped with a warning."""
+"""dojo.train.resume_check: --resume with other settings refused before launch; damaged
+checkpoints skipped with a warning."""
 
 import json
 from pathlib import Path
@@ -102,7 +103,9 @@ def test_every_checkpoint_damaged(tmp_path: Path) -> None:
 def test_marker_without_manifest_still_resumes(tmp_path: Path) -> None:
     c = tmp_path / "checkpoint-3"
     c.mkdir()
-    (c / MARKER).write_text(json.dumps({"world_size": 1, "step": 3}))  # dojo before issue 14
+    (c / MARKER).write_text(
+        json.dumps({"world_size": 1, "step": 3})
+    )  # a marker from before markers held settings
     assert resume_point(tmp_path, 1) == c
 
 

@@ -233,7 +233,7 @@ def test_zero3_leaf_layers_train_the_same(
 
 def test_gemma2_trains_with_auto_attention(tmp_path: Path) -> None:
     """Gemma-2 soft-caps its attention logits: transformers 5.24 refuses SDPA for it, so --attn
-    auto must pick eager (it picked sdpa before session 12, and every Gemma-2 run failed at load)."""
+    auto must pick eager (when it picked sdpa, every Gemma-2 run failed at load)."""
     from dojo.train.tiny import materialize_tiny_model
 
     model = materialize_tiny_model(tmp_path / "gemma2")

@@ -1,4 +1,4 @@
-"""`dojo train --model org/name` offline (issue 15 item 2): the cache or one clear refusal whose
+"""`dojo train --model org/name` offline: the cache or one clear refusal whose
 hint train itself accepts; a dry run may plan with a built-in of the same name; --revision reaches
 train.json and the worker's from_pretrained. HF_HUB_OFFLINE=1 comes from tests/train/conftest.py."""
 

@@ -1,4 +1,4 @@
-"""Output that serves (issue 15 item 3), fast: which template tokens must be single tokens, the
+"""Output that serves (dojo.train.vocab, the worker's serving and args), fast: which template tokens must be single tokens, the
 tokenizer the run saves, generation_config.json; and the worker's eval split and Trainer args."""
 
 import dataclasses
@@ -180,7 +180,7 @@ def test_training_args_spell_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     kw = (
         getattr(ckpt, "activation_checkpointing_kwargs", None) or ckpt.gradient_checkpointing_kwargs
     )
-    assert kw == {"use_reentrant": True}  # the faster path (host-bound steps, session 5)
+    assert kw == {"use_reentrant": True}  # the faster path (host-bound steps, measured on the H200)
     assert not args.use_liger_kernel and args.liger_kernel_config is None
     loss_only = dataclasses.replace(run, liger=True, liger_kernels=False)  # --liger loss
     largs = build_training_args(SimpleNamespace(**{**vars(job), "run": loss_only}))
