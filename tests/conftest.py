@@ -13,9 +13,10 @@ end is ``tests/train/test_train_*.py``. Code several test modules share lives in
 A core install (``pip install -e '.[dev]'``, the venv ``make test-fast`` sets up) has no train
 extra. The fast suite still passes there, in under a minute on 2 cores: ``dojo train`` run through
 the ``cli`` fixture stops at its first check with the ``pip install 'dojo[train]'`` hint, and such
-a test is skipped, not failed; a test module that uses the training stack itself starts with
-``pytest.importorskip``. Whatever takes seconds (hypothesis fuzz, sandbox limits, runs through the
-launcher) is marked ``slow`` and runs with ``--runslow`` (``make test``).
+a test is skipped, not failed; a test that uses the training stack itself is skipped there
+(``pytest.importorskip``, or a ``skipif`` on find_spec). Whatever takes seconds (hypothesis
+fuzz, sandbox limits, runs through the launcher) is marked ``slow`` and runs with ``--runslow``
+(``make test``).
 """
 
 import contextlib
