@@ -1,6 +1,6 @@
-# One action per target. `make test` is what CI runs (.ci/run); `make demo` is the main job.
-# Everything runs in a virtualenv, .venv, made on first use: a clean machine needs only Python 3.10+
-# (Debian and Ubuntu refuse `pip install` into the system Python).
+# One action per target. CI (.ci/run) runs `make test-fast`, `make test-floor` and `make test`;
+# `make demo` is the main job. Everything runs in a virtualenv, .venv, made on first use: a clean
+# machine needs only Python 3.10+ (Debian and Ubuntu refuse `pip install` into the system Python).
 PYTHON ?= python3
 VENV ?= .venv
 # The interpreter every target runs with; point it at an existing environment to use that one.
@@ -14,8 +14,14 @@ TORCH_INDEX ?=
 # Install stamps live in the venv, so deleting .venv starts over; a pyproject.toml change reinstalls.
 STAMP_DEV := $(VENV)/.dojo-dev.stamp
 STAMP_TRAIN := $(VENV)/.dojo-train.stamp
+# `make test-fast` runs in a venv of its own holding the core install only (no train extra), so
+# it tests what `pip install dojo` gives; `make test-floor` in one holding the core floors.
+VENV_CORE ?= .venv-core
+STAMP_CORE := $(VENV_CORE)/.dojo-core.stamp
+VENV_FLOOR ?= .venv-floor
+STAMP_FLOOR := $(VENV_FLOOR)/.dojo-floor.stamp
 
-.PHONY: venv install install-train demo test test-fast test-slow test-gpu lint fmt typecheck startup bench
+.PHONY: venv install install-train demo test test-fast test-floor test-slow test-gpu lint fmt typecheck startup bench
 
 # Only the default PY is made here; an overridden PY (a path or a name on PATH) is used as it is.
 ifeq ($(PY),$(VENV)/bin/python)
@@ -35,6 +41,18 @@ $(STAMP_TRAIN): pyproject.toml | $(VENV_PY)
 	$(PIP) install -q -e '.[dev,train]'
 	@mkdir -p $(VENV) && touch $@ $(STAMP_DEV)
 
+$(STAMP_CORE): pyproject.toml
+	$(PYTHON) -m venv $(VENV_CORE)
+	$(VENV_CORE)/bin/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+# The core dependencies pinned to pyproject's floors (.ci/floors.py), then dojo itself.
+$(STAMP_FLOOR): pyproject.toml .ci/floors.py
+	$(PYTHON) -m venv $(VENV_FLOOR)
+	$(VENV_FLOOR)/bin/python -m pip install -q $$($(PYTHON) .ci/floors.py) pytest hypothesis
+	$(VENV_FLOOR)/bin/python -m pip install -q --no-deps -e .
+	@touch $@
+
 install: $(STAMP_DEV)
 
 install-train: $(STAMP_TRAIN)
@@ -48,8 +66,14 @@ test: install-train
 	@$(PY) -m pytest -q --runslow -m "not gpu"; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit 5)" >&2; fi; exit $$rc
 
-test-fast: install
-	$(PY) -m pytest -q
+# The default suite (no --runslow) on the core install: under a minute on 2 cores.
+test-fast: $(STAMP_CORE)
+	@$(VENV_CORE)/bin/python -m pytest -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit 5)" >&2; fi; exit $$rc
+
+test-floor: $(STAMP_FLOOR)
+	@$(VENV_FLOOR)/bin/python -m pytest -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit 5)" >&2; fi; exit $$rc
 
 test-slow: install-train
 	$(PY) -m pytest -q --runslow -m slow

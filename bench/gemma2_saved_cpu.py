@@ -1,5 +1,5 @@
-"""What a Gemma-2 layer saves for backward beyond a Llama layer of the same sizes, on the CPU
-(issue 12): four norms a layer, Gemma's norm keeping an fp32 output, and eager
+"""What a Gemma-2 layer saves for backward beyond a Llama layer of the same sizes, on the CPU:
+four norms a layer, Gemma's norm keeping an fp32 output, and eager
 attention's soft-cap (tanh keeps its output). One bf16 forward of each tiny model, unique
 storages seen by torch.autograd.graph.saved_tensors_hooks, against dojo's estimate of the same
 difference (kept activations + loss phase). transformers' layers only (Liger's are CUDA kernels).

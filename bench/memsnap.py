@@ -1,5 +1,5 @@
 """Where the CUDA caching allocator's reserve comes from: a summary of a memory-history trace
-(bench/hook/sitecustomize.py writes one when DOJO_BENCH_MEMSNAP is set; issue 12).
+(bench/hook/sitecustomize.py writes one when DOJO_BENCH_MEMSNAP is set).
 
 Full fine-tuning under expandable segments held 0.7-6.8 GiB reserved beyond allocated on the H200
 (the heldout-expandable to heldout-expandable-default sets) that no term of the estimate follows. Each time the allocator maps more memory

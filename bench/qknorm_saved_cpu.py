@@ -1,4 +1,4 @@
-"""What Qwen3's q_norm and k_norm save for backward, on the CPU (issue 12): one
+"""What Qwen3's q_norm and k_norm save for backward, on the CPU: one
 forward of a tiny Qwen3 against a tiny Llama of the same sizes (Qwen3 = Llama's layer + RMSNorm on
 q and k per head), full fine-tuning and LoRA, bf16, unique storages seen by
 torch.autograd.graph.saved_tensors_hooks. transformers' norms only (Liger's are CUDA kernels).

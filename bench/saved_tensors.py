@@ -1,5 +1,5 @@
-"""What a forward keeps for backward, on the CPU: the shared harness of bench/*_saved_cpu.py
-(issue 12). Bytes of the unique storages autograd saves, seen by saved_tensors_hooks."""
+"""What a forward keeps for backward, on the CPU: the shared harness of bench/*_saved_cpu.py.
+Bytes of the unique storages autograd saves, seen by saved_tensors_hooks."""
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager

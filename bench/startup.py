@@ -1,4 +1,4 @@
-"""Wall time of light dojo commands against a bare interpreter (issue 2: target under 3x).
+"""Wall time of light dojo commands against a bare interpreter (target: under 3x).
 
 Usage: python bench/startup.py [--runs N] [--out FILE]
 Runs each command N times in a fresh interpreter (alternating), prints the median and the ratio
@@ -28,7 +28,7 @@ COMMANDS = {
         "--gpu-memory",
         "80",
     ],
-    # issue 15: under 0.3 s (it was 0.8 s when it compiled every template).
+    # target: under 0.3 s (it was 0.8 s when it compiled every template).
     "dojo chat-template list": [sys.executable, "-m", "dojo", "chat-template", "list"],
 }
 

@@ -1,5 +1,5 @@
 """What one forward of a tiny Llama saves for backward under DeepSpeed ZeRO-2 and ZeRO-3, on the
-CPU (issue 12): unique storages seen by torch.autograd.graph.saved_tensors_hooks.
+CPU: unique storages seen by torch.autograd.graph.saved_tensors_hooks.
 
     python bench/zero3_saved_cpu.py            # one process per case; prints a markdown table
 

@@ -169,6 +169,14 @@ def unreachable(endpoint: str) -> str | None:
         return f"{host}:{port}: {e.strerror or e}"
 
 
+def token() -> str | None:
+    """The token huggingface_hub itself sends: HF_TOKEN, else the one ``hf auth login`` saved
+    (``$HF_HOME/token``), or None. For the requests dojo makes without huggingface_hub."""
+    from huggingface_hub import get_token
+
+    return get_token()
+
+
 def _cached(repo_id: str, filename: str, revision: str | None) -> bool:
     """Whether the local cache holds ``filename`` of ``repo_id`` at ``revision``."""
     from huggingface_hub import try_to_load_from_cache

@@ -1,4 +1,5 @@
-"""Where bundled data lives: ``templates/`` in the repo, ``dojo/templates`` in a wheel."""
+"""Where bundled data lives: ``templates/`` in the repo, ``dojo/templates`` in a wheel; and the
+name of a run folder's record."""
 
 import difflib
 from pathlib import Path
@@ -6,6 +7,10 @@ from pathlib import Path
 from dojo.errors import DojoError
 
 _PKG = Path(__file__).resolve().parent
+
+RUN_FILE = "train.json"
+"""The record in a run folder: the ResolvedRun, the paths the launcher chose and the estimate.
+`dojo train` writes it; the worker, --resume, `dojo chat` and `dojo export` read it."""
 
 
 def templates_dir() -> Path:

@@ -1,9 +1,22 @@
 """Shared fixtures: the --runslow switch, GPU detection without torch, and an in-process CLI runner.
 
-A core install (``pip install -e '.[dev]'``, what ``make test-fast`` sets up) has no train extra.
-The fast suite still passes there: ``dojo train`` run through the ``cli`` fixture stops at its first
-check with the ``pip install 'dojo[train]'`` hint, and such a test is skipped, not failed; a test
-module that uses the training stack itself carries a module-level ``skipif`` on find_spec.
+Layout: a test file is named after the dojo module it tests. ``dojo/X.py`` -> ``test_X.py``,
+``dojo/P/M.py`` -> ``test_P_M.py`` (``test_cli_config.py`` is ``dojo/cli/config.py``); the
+``dojo/train`` modules are tested in ``tests/train/`` without the ``train_`` prefix
+(``dojo/train/worker/packing.py`` -> ``tests/train/test_worker_packing.py``); the bundled files in
+``templates/`` in ``test_templates_*.py``. A module tested by several files adds what each covers:
+``_fuzz`` (hypothesis properties), ``_deepspeed`` / ``_oracle`` (against the real library,
+slow), ``_cpu`` (runs through the real launcher on CPU processes, slow). ``dojo train`` end to
+end is ``tests/train/test_train_*.py``. Code several test modules share lives in
+``tests/helpers/``: no test module imports another.
+
+A core install (``pip install -e '.[dev]'``, the venv ``make test-fast`` sets up) has no train
+extra. The fast suite still passes there, in under a minute on 2 cores: ``dojo train`` run through
+the ``cli`` fixture stops at its first check with the ``pip install 'dojo[train]'`` hint, and such
+a test is skipped, not failed; a test that uses the training stack itself is skipped there
+(``pytest.importorskip``, or a ``skipif`` on find_spec). Whatever takes seconds (hypothesis
+fuzz, sandbox limits, runs through the launcher) is marked ``slow`` and runs with ``--runslow``
+(``make test``).
 """
 
 import contextlib

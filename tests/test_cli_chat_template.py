@@ -81,9 +81,7 @@ def test_render_sharegpt_and_alpaca(cli, tmp_path: Path) -> None:
         json.dumps({"instruction": "do", "input": "it", "output": "done"}), encoding="utf-8"
     )
     r = cli("chat-template", "render", "--template", "chatml", "--messages", str(al))
-    assert (
-        r.stdout == "<|im_start|>user\ndo\n\nit<|im_end|>\n<|im_start|>assistant\ndone<|im_end|>\n"
-    )
+    assert r.stdout == "<|im_start|>user\ndo\nit<|im_end|>\n<|im_start|>assistant\ndone<|im_end|>\n"
 
 
 def test_render_tools_file(cli, tmp_path: Path, convo_file: Path) -> None:
@@ -192,7 +190,7 @@ def test_tty_paths_use_rich(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     assert r.exit_code == 0 and "chatml" in r.stdout
 
 
-# ---------------------------------------------------------------- issue 33: --tools, UTF-16
+# ---------------------------------------------------------------- --tools, UTF-16
 
 _TOOLS_HINT = "the file must hold a JSON list of tool schemas"
 

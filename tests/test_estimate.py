@@ -252,7 +252,7 @@ SEC9 = [
     ),
     ("llama-3.1-8b", {"stage": 3, "gpus_per_node": 2, "seq_len": 8192, "grad_ckpt": True}, 78.3),
     ("llama-3.1-8b", {"stage": 2, "method": "lora", "seq_len": 1024, "attn": "eager"}, 29.1),
-    # session 4: the loss peak no longer carries the ZeRO-0/1 grads and buckets (allocated from
+    # the loss peak does not carry the ZeRO-0/1 grads and buckets (allocated from
     # the first grad hook, after the loss), 2P + comm lower than memory-model.md's 60.2 / 52.5
     ("qwen2.5-1.5b", {"stage": 0, "gpus_per_node": 2, "micro_batch": 4, "seq_len": 2048}, 56.5),
     ("qwen2.5-1.5b", {"stage": 1, "gpus_per_node": 2, "micro_batch": 4, "seq_len": 2048}, 47.8),
@@ -325,7 +325,7 @@ def test_to_dict_schema(l7) -> None:
 
 
 def test_fits_verdict(l7) -> None:
-    # Issue 5: a 7B full fine-tune at ZeRO-2 on one 141 GB H200 does not fit.
+    # A 7B full fine-tune at ZeRO-2 on one 141 GB H200 does not fit.
     assert estimate(l7, Setup.of(stage=2, gpu_memory_gib=139.8)).fits is False
     assert estimate(l7, Setup.of(stage=3, gpus_per_node=8, gpu_memory_gib=139.8)).fits is True
     assert estimate(l7, Setup.of(stage=3, gpus_per_node=8)).fits is None
@@ -394,7 +394,7 @@ def test_validate_messages(kw: dict, msg: str) -> None:
     assert e.value.hint
 
 
-# --- issue 12: mechanisms instead of fitted slack -----------------------------------------------
+# --- mechanisms instead of fitted slack -------------------------------------------------------
 
 
 def test_allocator_reserve_is_what_the_step_cannot_reuse() -> None:
@@ -422,7 +422,7 @@ def _freed_by_backward(spec: ModelSpec, s: Setup) -> int:
 
 
 def test_zero_1_2_keep_the_first_steps_fp64_norm_copy_reserved() -> None:
-    """Session 10's allocator history (Gemma-2-2B full ZeRO-2): a hole of 8 B x the largest
+    """An H200 allocator history (Gemma-2-2B full ZeRO-2): a hole of 8 B x the largest
     gradient piece, which the step's larger flat buffers never reuse; with checkpointing the
     backward's freed pages are too small for the step's blocks too, and stay beside them."""
     g2 = resolve_model("gemma-2-2b")
@@ -452,7 +452,7 @@ def test_zero_1_2_keep_the_first_steps_fp64_norm_copy_reserved() -> None:
 
 
 def test_zero_1_2_step_lands_in_the_backwards_pages_only_where_a_run_is_large_enough() -> None:
-    """Session 11's allocator history (Qwen3-1.7B full ZeRO-2 2 x 2048, no checkpointing): the
+    """An H200 allocator history (Qwen3-1.7B full ZeRO-2 2 x 2048, no checkpointing): the
     forward's kept activations (one contiguous run once freed) were smaller than the step's
     fp32 upcast (4 B x params), so all the freed pages stayed beside the step's blocks. Twice
     the batch and the upcast lands in them: only the norm copy's hole stays."""
@@ -476,7 +476,7 @@ def test_zero_1_2_step_lands_in_the_backwards_pages_only_where_a_run_is_large_en
 
 
 def test_expandable_segments_keep_part_of_one_fp32_logits_block_without_liger() -> None:
-    """Sessions 6 and 8 (H200): without Liger, reserved - allocated under expandable segments
+    """Measured on the H200: without Liger, reserved - allocated under expandable segments
     was 0.54-0.73 fp32 logits blocks on 7 of 8 rows; the default allocator held up to 3.7."""
     l1 = resolve_model("llama-3.2-1b")
     kw = {"stage": 2, "method": "lora", "micro_batch": 2, "seq_len": 4096, "packing": True}
@@ -492,8 +492,8 @@ def test_expandable_segments_keep_part_of_one_fp32_logits_block_without_liger() 
 
 
 def test_compile_keeps_silu_gate_out_of_the_saved_activations() -> None:
-    """Inductor recomputes silu(gate) as Liger's SwiGLU does (session 8 compile rows), and a
-    compiled norm keeps its bf16 input, not an fp32 copy (session 12)."""
+    """Inductor recomputes silu(gate) as Liger's SwiGLU does (the H200 compile rows), and
+    a compiled norm keeps its bf16 input, not an fp32 copy."""
     l1 = resolve_model("llama-3.2-1b")
     kw = {"stage": 2, "method": "lora", "micro_batch": 4, "seq_len": 2048, "packing": True}
     eager = estimate(l1, Setup.of(**kw))
@@ -514,7 +514,7 @@ def test_compile_keeps_silu_gate_out_of_the_saved_activations() -> None:
     ],
 )
 def test_qk_norm_saves_its_input_per_q_and_k_value(kw: dict, per_value: int) -> None:
-    """Qwen3's q_norm/k_norm (the session-13 set: Qwen3-0.6B, q = 2h, full rows 3.9-4.2 GiB
+    """Qwen3's q_norm/k_norm (measured on Qwen3-0.6B, q = 2h, full rows 3.9-4.2 GiB
     under without them)."""
     q06 = resolve_model("qwen3-0.6b")
     assert q06.qk_norm
@@ -526,7 +526,7 @@ def test_qk_norm_saves_its_input_per_q_and_k_value(kw: dict, per_value: int) -> 
 
 
 def test_lora_offload_reserve_scales_with_trainable_params() -> None:
-    # Issue 12: 70B LoRA ZeRO-2 on 8 GPUs with offload showed 70 GiB of "overhead" (the full
+    # 70B LoRA ZeRO-2 on 8 GPUs with offload showed 70 GiB of "overhead" (the full
     # fine-tune's offload slack applied to LoRA's activations).
     e = estimate(
         resolve_model("70b"), Setup.of(stage=2, method="lora", gpus_per_node=8, offload="cpu")

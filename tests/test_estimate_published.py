@@ -1,4 +1,4 @@
-"""dojo estimate against published measurements (tests/data/published_memory.json, issue 12).
+"""dojo estimate against published measurements (tests/data/published_memory.json).
 
 Each row: the settings a public source states, its per-GPU figure and the card it ran on. The
 verdict must be right on every row (each of these runs finished), and where the settings pin

@@ -1,4 +1,4 @@
-"""Session-4 ZeRO-3 terms (issue 12): z3 leaf decoder layers, the prefetch bucket, gathers that
+"""The estimate's ZeRO-3 terms: z3 leaf decoder layers, the prefetch bucket, gathers that
 alias their partition at world size 1, and the persistent ZeRO-3 bucket in the step phase."""
 
 from dojo.estimate import Setup, estimate

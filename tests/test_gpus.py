@@ -1,4 +1,4 @@
-"""dojo.gpus.parse_gpus and --gpus on a machine without GPUs (issue 33).
+"""dojo.gpus.parse_gpus and --gpus on a machine without GPUs.
 
 A bad or repeated --gpus value on a CPU machine got the hint "GPUs present: 0,1,...,65535" (a
 380 KB line: the syntax-only check listed 65,536 ids as present); 60,000 repeated ids took
@@ -127,7 +127,7 @@ def test_any_gpus_string_is_parsed_or_refused_shortly(spec: str, present: list[i
 @given(spec=_GPU_TEXT, dry_run=st.booleans())
 def test_any_gpus_string_on_a_cpu_machine_is_planned_or_refused(spec: str, dry_run: bool) -> None:
     from dojo.train import preflight
-    from tests.runs import values
+    from tests.helpers.runs import values
 
     try:
         _, devices, _ = preflight.place(values(gpus=spec).devices, [], dry_run=dry_run)

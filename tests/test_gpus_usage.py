@@ -1,5 +1,5 @@
 """dojo.gpus.own_usage_mib: a run's device memory is its own share of a GPU others may use too
-(session 12: rows sharing an H200 reported 93.9 GiB measured against an 11.6 GiB estimate)."""
+(rows sharing an H200 once reported 93.9 GiB measured against an 11.6 GiB estimate)."""
 
 import pytest
 

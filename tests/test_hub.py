@@ -1,4 +1,4 @@
-"""Hub ids through huggingface_hub (issue 15 item 2): the local cache, HF_HUB_OFFLINE=1,
+"""dojo.hub: Hub ids through huggingface_hub: the local cache, HF_HUB_OFFLINE=1,
 --revision, the built-in fallback and the refused (gated/private) answers. No network: every test
 gets its own Hugging Face cache laid out as huggingface_hub writes it, and offline mode."""
 
@@ -16,24 +16,9 @@ from dojo import hub
 from dojo.architectures import ARCHITECTURES
 from dojo.errors import EstimateError
 from dojo.modelspec import resolve_model
+from tests.helpers.hub import MAIN_SHA, V1_SHA, cache_model
 
-MAIN_SHA = "a" * 40
-V1_SHA = "b" * 40
 REPO = Path(__file__).resolve().parent.parent
-
-
-def cache_model(cache: Path, repo_id: str, config: dict[str, Any], *, ref: str = "main",
-                sha: str = MAIN_SHA, files: tuple[str, ...] = ()) -> Path:  # fmt: skip
-    """models--org--name/{refs/<ref>, snapshots/<sha>/config.json}: what hf_hub_download leaves."""
-    root = cache / f"models--{repo_id.replace('/', '--')}"
-    snap = root / "snapshots" / sha
-    snap.mkdir(parents=True, exist_ok=True)
-    (snap / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    for name in files:
-        (snap / name).write_bytes(b"")
-    (root / "refs").mkdir(exist_ok=True)
-    (root / "refs" / ref).write_text(sha, encoding="utf-8")
-    return snap
 
 
 @pytest.fixture

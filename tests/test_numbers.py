@@ -1,4 +1,4 @@
-"""Number edge cases of issue 33, through the CLI: a 5,000-digit integer in a flag, a --config
+"""Number edge cases through the CLI: a 5,000-digit integer in a flag, a --config
 file or a data row; mixing weights of 1e308 (their sum overflowed to inf), -1 and nan.
 
 Python refuses int <-> str past 4,300 digits (ValueError, not JSONDecodeError): each such

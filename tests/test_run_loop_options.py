@@ -1,5 +1,4 @@
-"""The training-loop, evaluation and run-folder options (dojo.run.groups.loop, output, data):
-parsing, YAML, resolve rules, errors."""
+"""The training-loop options: catalogue, YAML, resolve rules, errors."""
 
 import dataclasses
 import json
@@ -15,7 +14,7 @@ from dojo.run.groups import output
 from dojo.run.groups.loop import Scheduler
 from dojo.run.run import Run
 from dojo.run.schema import OPTIONS, command_options
-from tests.runs import CPU, CUDA, run_of
+from tests.helpers.runs import CPU, CUDA, run_of
 
 NEW = ("eval_data", "eval_split", "eval_steps", "early_stopping", "keep_best", "warmup_ratio",
        "lr_scheduler", "weight_decay", "max_grad_norm", "neftune_alpha", "dora", "rslora",

@@ -12,7 +12,7 @@ from dojo.modelspec import resolve_model
 from dojo.run import render
 from dojo.run.machine import Machine
 from dojo.run.schema import OPTIONS, command_options
-from tests.runs import CPU, CUDA, run_of
+from tests.helpers.runs import CPU, CUDA, run_of
 
 CUDA_LIGER = Machine(cuda=True, gpu_ids=(0,), gpu_memory_gib=139.8, liger=True)
 GIB = 2**30

@@ -11,7 +11,7 @@ from dojo.errors import ConfigError, DojoError
 from dojo.run import inputs, resolve
 from dojo.run.run import Run
 from dojo.run.schema import OPTIONS, RunOptions, command_options
-from tests.runs import CPU, CUDA, run_of, values
+from tests.helpers.runs import CPU, CUDA, run_of, values
 
 PRESETS = Path(__file__).resolve().parents[1] / "templates" / "train"
 

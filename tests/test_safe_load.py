@@ -174,6 +174,7 @@ def test_max_bytes(tmp_path: Path) -> None:
 _SEEN = {"json_text": 0, "json_bytes": 0, "yaml_text": 0, "roundtrip": 0, "nests": 0, "bombs": 0}
 
 
+@pytest.mark.slow  # hypothesis: seconds together; `make test` runs it
 @FUZZ
 @given(st.text(alphabet=st.sampled_from('{}[]",:0123456789.eE+-NaInfity tru\\\n')))
 def test_fuzz_json_text_loads_or_refuses(text: str) -> None:
@@ -182,6 +183,7 @@ def test_fuzz_json_text_loads_or_refuses(text: str) -> None:
         load_json(text, what="f")
 
 
+@pytest.mark.slow  # hypothesis: seconds together; `make test` runs it
 @FUZZ
 @given(st.binary(max_size=200))
 def test_fuzz_json_and_yaml_bytes_load_or_refuse(data: bytes) -> None:
@@ -191,6 +193,7 @@ def test_fuzz_json_and_yaml_bytes_load_or_refuse(data: bytes) -> None:
             load(data, what="f")
 
 
+@pytest.mark.slow  # hypothesis: seconds together; `make test` runs it
 @FUZZ
 @given(st.text(alphabet=st.sampled_from("&*ab: -[]{}?!<>|'\"\n.naninf01e+,#%@`~"), max_size=120))
 def test_fuzz_yaml_text_loads_or_refuses(text: str) -> None:
@@ -210,6 +213,7 @@ _JSON = st.recursive(
 )
 
 
+@pytest.mark.slow  # hypothesis: seconds together; `make test` runs it
 @FUZZ
 @given(_JSON)
 def test_fuzz_valid_json_round_trips(value: Any) -> None:
@@ -218,6 +222,7 @@ def test_fuzz_valid_json_round_trips(value: Any) -> None:
     assert load_json(json.dumps(value), what="f") == value
 
 
+@pytest.mark.slow  # hypothesis: seconds together; `make test` runs it
 @FUZZ
 @given(st.lists(st.sampled_from("[{"), min_size=1, max_size=300))
 def test_fuzz_nesting_refused_exactly_past_the_limit(opens: list[str]) -> None:
@@ -233,6 +238,7 @@ def test_fuzz_nesting_refused_exactly_past_the_limit(opens: list[str]) -> None:
         assert not ok and e.reason == "depth"
 
 
+@pytest.mark.slow  # hypothesis: seconds together; `make test` runs it
 @FUZZ
 @given(st.integers(1, 12), st.integers(1, 12))
 def test_fuzz_alias_bombs_refused_exactly_past_the_budget(levels: int, fan: int) -> None:
@@ -258,7 +264,7 @@ def test_fuzz_counts() -> None:
     assert all(v > 0 for v in _SEEN.values())
 
 
-# ---------------------------------------------------------------- issue 33
+# ---------------------------------------------------------------- hostile values
 
 
 def test_wide_encodings_are_recognised() -> None:

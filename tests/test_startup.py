@@ -65,7 +65,7 @@ def test_commands_do_not_import_training_stack(args: list[str]) -> None:
 
 
 def test_chat_template_list_reads_no_template() -> None:
-    """Issue 15 item 8: listing reads the sidecars only (jinja2 alone cost 0.3+ s of the 0.8 s)."""
+    """Listing reads the sidecars only (jinja2 alone cost 0.3+ s of the 0.8 s)."""
     loaded = {m.split(".")[0] for m in _loaded("chat-template", "list")}
     assert "jinja2" not in loaded and "rich" not in loaded, loaded
 

@@ -1,4 +1,4 @@
-"""`dojo config --check` on values of the wrong shape (issue 33), and dojo.zero.shapes against
+"""`dojo config --check` on values of the wrong shape, and dojo.zero.shapes against
 DeepSpeed's own config model.
 
 The CLI cases are the issue's: sections that are a list, a string or null, an optimizer type or

@@ -280,6 +280,8 @@ def _from_alpaca(record: dict[str, Any]) -> list[Message]:
                 "alpaca 'history' must be a list of [prompt, response] pairs", hint=_ALPACA_HINT
             )
         msgs += [{"role": "user", "content": pair[0]}, {"role": "assistant", "content": pair[1]}]
-    prompt = f"{instruction}\n\n{inp}" if inp else instruction  # LLaMA-Factory's join
+    # LLaMA-Factory's join (src/llamafactory/data/converter.py, AlpacaDatasetConverter): the
+    # non-empty ones of instruction and input, one newline between them.
+    prompt = "\n".join(part for part in (instruction, inp) if part)
     msgs += [{"role": "user", "content": prompt}, {"role": "assistant", "content": output}]
     return msgs

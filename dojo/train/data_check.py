@@ -2,9 +2,10 @@
 
 Without these checks the failure came after launch, once per rank, as a traceback from
 `datasets`: a text file named ``.parquet``, a Parquet file without a conversation column, a Hub
-dataset id on a machine that cannot download it, a CSV file. Pure stdlib; pyarrow is used when
-importable (it comes with `datasets`), and the Hub is asked at most once (HTTP HEAD-like GET of
-the dataset's API page), never downloaded from. Nothing here writes a file.
+dataset id on a machine that cannot download it, a CSV file. Stdlib, plus huggingface_hub for
+the Hub token; pyarrow is used when importable (it comes with `datasets`), and the Hub is asked
+at most once (HTTP HEAD-like GET of the dataset's API page, with the token huggingface_hub would
+send), never downloaded from. Nothing here writes a file.
 """
 
 import json
@@ -13,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dojo import hub
 from dojo.errors import DataError
 from dojo.hub import DEFAULT_ENDPOINT
 
@@ -232,8 +234,8 @@ def check_hub_dataset(repo_id: str) -> str:
     if cached_dataset(repo_id) is not None:
         return "cache"
     local = (
-        f"download it where the Hub is reachable (huggingface-cli download --repo-type dataset "
-        f"{repo_id}) or export it to a .jsonl file and pass that path"
+        f"download it where the Hub is reachable (`hf download {repo_id} --repo-type dataset`) "
+        "or export it to a .jsonl file and pass that path"
     )
     offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if _truthy(v)]
     if offline:
@@ -248,7 +250,10 @@ def check_hub_dataset(repo_id: str) -> str:
     if status in (401, 403):
         raise DataError(
             f"--data {repo_id}: the Hub refused the dataset (HTTP {status}: gated or private)",
-            hint=f"set HF_TOKEN to a token with access, or {local}",
+            hint=(
+                "run `hf auth login` with a token that can read it (or set HF_TOKEN) and accept "
+                f"its terms on https://huggingface.co/datasets/{repo_id}, or {local}"
+            ),
         )
     if status is not None:
         raise DataError(
@@ -270,7 +275,7 @@ def _probe_hub(repo_id: str) -> tuple[int | None, str]:
     req = urllib.request.Request(
         f"{endpoint}/api/datasets/{repo_id}", headers={"User-Agent": "dojo-train"}
     )
-    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    token = hub.token()  # HF_TOKEN or `hf auth login`, as huggingface_hub and the ranks see it
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:

@@ -12,13 +12,12 @@ from typing import Any
 
 from dojo import _io, _output
 from dojo.errors import LaunchError
+from dojo.paths import RUN_FILE
 from dojo.run import inputs, render, resolve
 from dojo.run.run import Run
 from dojo.run.schema import RunOptions
 from dojo.train import checkpoints, launch, preflight, rank_status, vocab
 from dojo.train.preflight import Plan
-
-RECORD = "train.json"
 
 
 def plan(
@@ -244,10 +243,10 @@ def main(
     _write_run_files(run_dir, rec, ds, force=force or run.output.resume, dry_run=dry_run)
     shown = launch.format_command(cmd, env)
     if dry_run:
-        _output.info(f"run files: {run_dir / RECORD}, {run_dir / 'ds_config.json'}")
+        _output.info(f"run files: {run_dir / RUN_FILE}, {run_dir / 'ds_config.json'}")
         _output.echo(shown)
         return 0
-    _output.info(f"run config: {run_dir / RECORD}")
+    _output.info(f"run config: {run_dir / RUN_FILE}")
     _output.info(f"deepspeed config: {run_dir / 'ds_config.json'}")
     if p.resume_from:
         _output.info(f"resuming from {p.resume_from}")
@@ -325,7 +324,7 @@ def _write_run_files(
         mark.touch()
     elif not dry_run and mark.exists():
         mark.unlink()
-    _io.write_text_atomic(run_dir / RECORD, json.dumps(rec, indent=2) + "\n", force=True)
+    _io.write_text_atomic(run_dir / RUN_FILE, json.dumps(rec, indent=2) + "\n", force=True)
     _io.write_text_atomic(run_dir / "ds_config.json", json.dumps(ds, indent=2) + "\n", force=True)
 
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dojo.paths import RUN_FILE
 from dojo.run.machine import with_expandable
 from dojo.run.run import Run
 
@@ -99,7 +100,7 @@ def build_command(
     else:
         cmd += ["--include", "localhost:" + ",".join(str(i) for i in devices.ids)]
     cmd += ["--master_port", str(master_port)]
-    cmd += ["--module", WORKER_MODULE, "--config", str(Path(run_dir) / "train.json")]
+    cmd += ["--module", WORKER_MODULE, "--config", str(Path(run_dir) / RUN_FILE)]
     return cmd
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from dojo.errors import DojoError, MissingExtraError, TemplateError
+from dojo.paths import RUN_FILE
 from dojo.run.run import Run
 from dojo.train.preflight import DRY_RUN_MARK, has_weights
 
-RECORD = "train.json"  # = dojo.train.driver.RECORD (not imported: the driver pulls in the launcher)
 INIT_DIR = "init-weights"  # = dojo.train.worker.main.INIT_DIR (that module imports torch)
 MERGED = "merged"
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -57,15 +57,15 @@ def inspect(path: str | Path, *, use_merged: bool = True, flag: str = "RUN_DIR")
         raise DojoError(f"{where} {what}", hint="give the --output-dir of a `dojo train` run")
     folder = folder.resolve()
     root = folder
-    if not (folder / RECORD).is_file():
-        if folder.name.startswith("checkpoint-") and (folder.parent / RECORD).is_file():
+    if not (folder / RUN_FILE).is_file():
+        if folder.name.startswith("checkpoint-") and (folder.parent / RUN_FILE).is_file():
             root = folder.parent
         else:
             raise DojoError(
-                f"{where} has no {RECORD}: not a `dojo train` run folder",
+                f"{where} has no {RUN_FILE}: not a `dojo train` run folder",
                 hint="give the --output-dir of a `dojo train` run",
             )
-    run, rec = read_record(root / RECORD, where)
+    run, rec = read_record(root / RUN_FILE, where)
     paths = rec.get("paths") or {}
     rebase = _rebaser(str(paths.get("run_dir") or root), root)
     model_tokenizer = rebase(str(paths.get("tokenizer") or run.model.model or ""))

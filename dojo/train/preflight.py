@@ -15,6 +15,7 @@ from typing import Any
 from dojo import _output
 from dojo import gpus as gpus_mod
 from dojo.errors import DataError, EstimateError, LaunchError, MissingExtraError
+from dojo.paths import RUN_FILE
 from dojo.run.groups.devices import DeviceOptions
 from dojo.run.machine import Machine, assumed_cuda, host_memory_gib, local
 from dojo.run.run import Run
@@ -35,7 +36,7 @@ _CKPT_BYTES_PER_PARAM = 14
 _DISK_MARGIN = 1.2  # 20% for tokenizer, logs, TensorBoard and filesystem rounding
 DRY_RUN_MARK = ".dojo-dry-run"
 """A folder holding only what --dry-run wrote is not "an earlier run" to protect."""
-DRY_RUN_FILES = {DRY_RUN_MARK, "train.json", "ds_config.json", "tiny-model"}
+DRY_RUN_FILES = {DRY_RUN_MARK, RUN_FILE, "ds_config.json", "tiny-model"}
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
 
 

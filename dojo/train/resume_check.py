@@ -5,9 +5,9 @@ precision or world size) passed preflight, rewrote train.json and died in every 
 DeepSpeed/PEFT traceback while loading. Pure: dicts in, sentences out.
 
 The saved side is the checkpoint marker (``dojo_checkpoint.json``: what that checkpoint was
-trained with, written by the worker's CheckpointMarker) over the run record beside it; the marker
-wins where both say something, because a later launch may have rewritten the run record. Keys
-are compared only where both sides have them.
+trained with, written by the worker's CheckpointMarker) over the run record beside it
+(dojo.paths.RUN_FILE); the marker wins where both say something, because a later launch may have
+rewritten the run record. Keys are compared only where both sides have them.
 """
 
 import json
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dojo.errors import LaunchError
+from dojo.paths import RUN_FILE
 
 RESUME_KEYS: dict[str, str] = {
     "method": "--method",
@@ -33,7 +34,6 @@ RESUME_KEYS: dict[str, str] = {
 placement, the objective its optimizer state followed): loading one across a change crashes or
 silently trains something else."""
 _LORA_ONLY = ("lora_r", "lora_targets")
-RECORD_NAMES = ("run.json", "train.json")
 
 
 def flat(record: dict[str, Any]) -> dict[str, Any]:
@@ -120,14 +120,11 @@ def checkpoint_meta_mismatch(marker: dict[str, Any], new: dict[str, Any]) -> lis
 
 def read_record(output_dir: str | Path) -> dict[str, Any]:
     """The run record a previous launch wrote into the run folder ({} when there is none)."""
-    for name in RECORD_NAMES:
-        try:
-            data = json.loads((Path(output_dir) / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            return data
-    return {}
+    try:
+        data = json.loads((Path(output_dir) / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def refuse_mismatch(ckpt: Path, output_dir: str | Path, new: dict[str, Any]) -> None:

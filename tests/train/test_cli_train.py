@@ -348,7 +348,7 @@ def test_verdict_refuses_does_not_fit_and_warns_on_tight() -> None:
     from dojo.errors import LaunchError
     from dojo.modelspec import resolve_model
     from dojo.train import driver
-    from tests.runs import CUDA, run_of
+    from tests.helpers.runs import CUDA, run_of
 
     spec = resolve_model("1b")
     run = run_of(CUDA, spec)

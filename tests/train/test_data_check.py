@@ -1,4 +1,5 @@
-"""Issue 14, data: refused before launch (one line, nothing written), JSONL split at "\\n" only.
+"""dojo.train.data_check: data refused before launch (one line, nothing written), JSONL split at
+"\\n" only, and Hub datasets asked with the token huggingface_hub would send.
 
 Each case used to pass preflight and fail after launch in every rank (datasets' traceback), or,
 for JSONL, cut a row in two at a raw U+2028/U+2029/U+0085 inside a string.
@@ -6,6 +7,9 @@ for JSONL, cut a row in two at a raw U+2028/U+2029/U+0085 inside a string.
 
 import http.server
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,7 +191,7 @@ def test_hub_dataset_offline_and_not_cached_refused() -> None:
     assert "Hub dataset not in the local cache" in e.value.message
     assert "HF_HUB_OFFLINE=1" in e.value.message
     assert (
-        e.value.hint is not None and "huggingface-cli download --repo-type dataset" in e.value.hint
+        e.value.hint is not None and "hf download acme/missing --repo-type dataset" in e.value.hint
     )
 
 
@@ -196,14 +200,23 @@ def test_ranks_do_not_ask_again(monkeypatch: pytest.MonkeyPatch) -> None:
     assert read_rows(["acme/missing"]).passthrough == ["acme/missing"]
 
 
+PRIVATE = "acme/private"
+TOKEN = "hf_readsprivate"
+"""The one token the stand-in Hub lets read PRIVATE (any other request for it gets 401)."""
+
+
 @pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
-    """A local stand-in for the Hub API answering each dataset id with the status set here."""
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, int]]:
+    """A local stand-in for the Hub API answering each dataset id with the status set here, and
+    PRIVATE with 200 only to ``Authorization: Bearer TOKEN``. No token anywhere to begin with."""
     answers: dict[str, int] = {}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            status = answers.get(self.path.removeprefix("/api/datasets/"), 404)
+            name = self.path.removeprefix("/api/datasets/")
+            status = answers.get(name, 404)
+            if name == PRIVATE:
+                status = 200 if self.headers.get("Authorization") == f"Bearer {TOKEN}" else 401
             self.send_response(status)
             self.end_headers()
             self.wfile.write(b'{"id": "x"}')
@@ -215,8 +228,26 @@ def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(var, raising=False)
+    _token_file(monkeypatch, tmp_path / "hf-home")  # empty: not logged in
     yield answers
     server.shutdown()
+
+
+def _token_file(monkeypatch: pytest.MonkeyPatch, home: Path, token: str | None = None) -> None:
+    """HF_HOME=home, holding the file `hf auth login` writes when ``token`` is given.
+
+    huggingface_hub fixes the file's path (constants.HF_TOKEN_PATH) when it is first imported,
+    so in this process the constant is pointed there too; a fresh process reads HF_HOME itself
+    (test_login_token_file_in_a_fresh_process)."""
+    from huggingface_hub import constants
+
+    home.mkdir(parents=True, exist_ok=True)
+    if token is not None:
+        (home / "token").write_text(token)
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
 
 
 def test_hub_dataset_online(hub: dict[str, int]) -> None:
@@ -226,6 +257,43 @@ def test_hub_dataset_online(hub: dict[str, int]) -> None:
         read_rows(["acme/gated"])
     with pytest.raises(DataError, match=r"no such dataset on the Hub \(HTTP 404\)"):
         read_rows(["acme/typo"])
+
+
+def test_private_dataset_refused_without_a_token(hub: dict[str, int]) -> None:
+    with pytest.raises(DataError, match=r"refused the dataset \(HTTP 401") as e:
+        read_rows([PRIVATE])
+    assert e.value.hint is not None
+    assert e.value.hint.startswith("run `hf auth login` with a token that can read it")
+
+
+def test_private_dataset_read_with_the_login_token(
+    hub: dict[str, int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The token `hf auth login` saved ($HF_HOME/token) is sent, as the ranks would send it."""
+    _token_file(monkeypatch, tmp_path / "logged-in", TOKEN)
+    assert read_rows([PRIVATE]).passthrough == [PRIVATE]
+
+
+def test_private_dataset_read_with_hf_token(
+    hub: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert read_rows([PRIVATE]).passthrough == [PRIVATE]
+
+
+def test_login_token_file_in_a_fresh_process(hub: dict[str, int], tmp_path: Path) -> None:
+    """A new process with only HF_HOME set (as after `hf auth login`) reaches the dataset."""
+    home = tmp_path / "fresh-home"
+    home.mkdir()
+    (home / "token").write_text(TOKEN + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_TOKEN")}
+    env["HF_HOME"] = str(home)
+    code = f"from dojo.train.data_check import check_hub_dataset as c; print(c({PRIVATE!r}))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "hub"
 
 
 def test_hub_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:

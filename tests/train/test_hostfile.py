@@ -1,4 +1,4 @@
-"""dojo.train.hostfile: --hostfile read and checked before anything is launched (issue 33).
+"""dojo.train.hostfile: --hostfile read and checked before anything is launched.
 
 A missing, folder or garbage hostfile used to pass --dry-run; without it, DeepSpeed's runner
 took a missing one for "this machine only" and a bad line for a traceback after launch.
@@ -18,7 +18,7 @@ from dojo.errors import LaunchError
 from dojo.train import launch, preflight
 from dojo.train.hostfile import MAX_HOSTS, read_hostfile
 from dojo.train.launch import Devices
-from tests.runs import run_of, values
+from tests.helpers.runs import run_of, values
 
 EXAMPLES = int(os.environ.get("DOJO_FUZZ_EXAMPLES", "300"))
 

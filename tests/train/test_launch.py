@@ -16,10 +16,10 @@ from dojo.gpus import Gpu
 from dojo.run.run import Run
 from dojo.train import checkpoints, launch, preflight
 from dojo.train.launch import Devices
-from tests.runs import CUDA, run_of, values
-from tests.train.procs import FAKE_LAUNCHER as _FAKE
-from tests.train.procs import WRAP as _WRAP
-from tests.train.procs import alive as _alive
+from tests.helpers.procs import FAKE_LAUNCHER as _FAKE
+from tests.helpers.procs import WRAP as _WRAP
+from tests.helpers.procs import alive as _alive
+from tests.helpers.runs import CUDA, run_of, values
 
 PY = "/usr/bin/python3"
 H200 = [Gpu(i, "NVIDIA H200", 139.8) for i in range(4)]

@@ -14,7 +14,7 @@ from dojo.chat.template import load_template
 from dojo.errors import DojoError
 from dojo.train import outputs
 from dojo.train.outputs import StopText, export_target, inspect, stop_texts
-from tests.runs import run_of
+from tests.helpers.runs import run_of
 
 
 def fake_run(

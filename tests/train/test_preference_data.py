@@ -51,7 +51,7 @@ def test_sharegpt_keeps_the_system_prompt_and_alpaca_joins_its_input() -> None:
     assert isinstance(row, Pair) and row.prompt[0] == {"role": "system", "content": "Be brief."}
     _, row = to_preference(ALPACA, "orpo")
     assert isinstance(row, Pair)
-    assert row.prompt == [{"role": "user", "content": "Add\n\n2 + 2"}]
+    assert row.prompt == [{"role": "user", "content": "Add\n2 + 2"}]
     assert row.chosen == [{"role": "assistant", "content": "4"}]
 
 

@@ -43,7 +43,7 @@ def test_a_teardown_crash_after_every_rank_is_done_is_a_finished_run(
     def fake_run(cmd, env=None, cwd=None) -> int:
         for r in done:
             rank_status.write(out, r, "done")
-        return 250  # "terminate called without an active exception" at exit (CI, session 10)
+        return 250  # "terminate called without an active exception" at exit (seen in CI)
 
     monkeypatch.setattr(dojo.train.driver.launch, "run", fake_run)
     monkeypatch.setattr(dojo.train.driver, "_prepare_model", lambda p, d: ("tiny", "tiny"))

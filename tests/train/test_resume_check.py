@@ -1,4 +1,5 @@
-"""Issue 14, resume: other settings refused before launch; damaged checkpoints skipped with a warning."""
+"""dojo.train.resume_check: --resume with other settings refused before launch; damaged
+checkpoints skipped with a warning."""
 
 import json
 from pathlib import Path
@@ -102,7 +103,9 @@ def test_every_checkpoint_damaged(tmp_path: Path) -> None:
 def test_marker_without_manifest_still_resumes(tmp_path: Path) -> None:
     c = tmp_path / "checkpoint-3"
     c.mkdir()
-    (c / MARKER).write_text(json.dumps({"world_size": 1, "step": 3}))  # dojo before issue 14
+    (c / MARKER).write_text(
+        json.dumps({"world_size": 1, "step": 3})
+    )  # a marker from before markers held settings
     assert resume_point(tmp_path, 1) == c
 
 
@@ -215,7 +218,7 @@ def test_checkpoint_marker_writes_settings_and_manifest(tmp_path: Path) -> None:
 def test_preflight_compares_the_resolved_run(tmp_path: Path) -> None:
     """dojo train --resume: this run's Run against the checkpoint, before launch."""
     from dojo.train import preflight
-    from tests.runs import run_of
+    from tests.helpers.runs import run_of
 
     _ckpt(tmp_path, 10)
     (tmp_path / "train.json").write_text(json.dumps(RUN))
@@ -230,7 +233,7 @@ def test_zero3_tile_change_is_refused(tmp_path: Path) -> None:
     """A ZeRO-3 checkpoint's fp32 optimizer state is sharded by sub_group_size: one trained with
     DeepSpeed's 1e9 cannot load with dojo's 1e8 default."""
     from dojo.train import preflight
-    from tests.runs import run_of
+    from tests.helpers.runs import run_of
 
     meta = {"method": "full", "zero_stage": 3, "world_size": 2, "precision_resolved": "fp32"}
     _ckpt(tmp_path, 10, meta)  # a marker without sub_group_size: the record beside it decides
@@ -247,7 +250,7 @@ def test_zero3_tile_change_is_refused(tmp_path: Path) -> None:
 def test_a_change_of_objective_is_refused(tmp_path: Path) -> None:
     """A DPO checkpoint's optimizer state and weights followed another loss than SFT's or KTO's."""
     from dojo.train import preflight
-    from tests.runs import run_of
+    from tests.helpers.runs import run_of
 
     _ckpt(tmp_path, 10, {"objective": "dpo"})
     (tmp_path / "train.json").write_text(json.dumps(RUN))

@@ -172,7 +172,7 @@ def test_bundled_demo_data_is_all_valid() -> None:
     assert 200 <= len(r.rows) <= 1000
 
 
-# ---------------------------------------------------------------- issue 33: hostile data files
+# ---------------------------------------------------------------- hostile data files
 
 
 @pytest.fixture

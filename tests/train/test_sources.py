@@ -184,6 +184,7 @@ def test_mixing_follows_the_ratios_and_stops_at_the_first_exhausted(tmp_path: Pa
 
 
 def test_plain_examples_train_the_completion_and_eos(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="needs the train extra")
     from transformers import AutoTokenizer
 
     from dojo.train.tiny import build_tiny_tokenizer
@@ -227,7 +228,7 @@ def test_cli_yaml_columns_and_bad_flags_refused_before_launch(cli: Any, tmp_path
         assert len(lines) == 2 and lines[1].startswith("hint: ")
 
 
-# ---------------------------------------------------------------- issue 33: weights' edge cases
+# ---------------------------------------------------------------- weights' edge cases
 
 
 @pytest.mark.parametrize(

@@ -13,23 +13,10 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.train import REPO, dojo_train, summary
+
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 STEPS = 12
-
-
-def dojo_train(
-    out: Path, *args: str, timeout: int = 300, nproc: int = 2
-) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "dojo", "train", "--nproc", str(nproc), "--output-dir", str(out)]
-    cmd += ["--seq-len", "256", "--micro-batch", "4", "--seed", "7", *args]
-    env = {k: v for k, v in os.environ.items() if k not in ("DS_ACCELERATOR", "LOCAL_SIZE")}
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def summary(out: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((out / "dojo_summary.json").read_text())
-    return data
 
 
 def check_run(
@@ -246,7 +233,7 @@ def test_zero3_leaf_layers_train_the_same(
 
 def test_gemma2_trains_with_auto_attention(tmp_path: Path) -> None:
     """Gemma-2 soft-caps its attention logits: transformers 5.24 refuses SDPA for it, so --attn
-    auto must pick eager (it picked sdpa before session 12, and every Gemma-2 run failed at load)."""
+    auto must pick eager (when it picked sdpa, every Gemma-2 run failed at load)."""
     from dojo.train.tiny import materialize_tiny_model
 
     model = materialize_tiny_model(tmp_path / "gemma2")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.train.test_train_cpu import dojo_train, summary
+from tests.helpers.train import dojo_train, summary
 
 pytestmark = pytest.mark.slow
 CHAT = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]

@@ -55,7 +55,7 @@ def test_full_zero3(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_qlora_dora_eval_best_cosine(tmp_path: Path) -> None:
-    """The GPU paths of issue 15 items 1 and 6: QLoRA + DoRA, eval on a 10% split every 5 steps,
+    """The GPU paths of the training-loop options: QLoRA + DoRA, eval on a 10% split every 5 steps,
     the best checkpoint kept, cosine after warmup, NEFTune; the summary has the eval losses."""
     s = dojo_train(
         tmp_path / "r", "--method", "qlora", "--dora", "--zero", "2", "--lr", "2e-3",

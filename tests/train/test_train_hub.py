@@ -1,4 +1,4 @@
-"""`dojo train --model org/name` offline (issue 15 item 2): the cache or one clear refusal whose
+"""`dojo train --model org/name` offline: the cache or one clear refusal whose
 hint train itself accepts; a dry run may plan with a built-in of the same name; --revision reaches
 train.json and the worker's from_pretrained. HF_HUB_OFFLINE=1 comes from tests/train/conftest.py."""
 
@@ -14,7 +14,7 @@ from dojo.architectures import ARCHITECTURES
 from dojo.errors import LaunchError
 from dojo.run.run import Run
 from dojo.train import preflight
-from tests.test_hub import MAIN_SHA, V1_SHA, cache_model
+from tests.helpers.hub import MAIN_SHA, V1_SHA, cache_model
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.train.test_train_cpu import dojo_train, summary
+from tests.helpers.train import dojo_train, summary
 
 pytestmark = pytest.mark.slow
 BUILT = "data: rank 0 tokenized the data once into "

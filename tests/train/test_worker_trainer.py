@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dojo.train.worker.packing import TOKENS, PackedCollator, PadCollator, pack
-from tests.train.test_packing import random_examples, tiny_llama
+from tests.helpers.examples import random_examples, tiny_llama
 
 pytestmark = pytest.mark.slow
 LENGTHS = (7, 12, 5, 9, 3, 11, 4, 8, 6, 10, 2, 13)

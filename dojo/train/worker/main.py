@@ -23,6 +23,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Traine
 from transformers.trainer_callback import PrinterCallback
 
 from dojo.errors import DojoError
+from dojo.paths import RUN_FILE
 from dojo.run.machine import conf_expandable
 from dojo.run.run import Run
 from dojo.train import rank_status
@@ -345,7 +346,7 @@ def _record_rank_state(job: Job) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="dojo.train.worker")
-    ap.add_argument("--config", required=True, help="run_dir/train.json written by `dojo train`")
+    ap.add_argument("--config", required=True, help=f"run_dir/{RUN_FILE} written by `dojo train`")
     args, _ = ap.parse_known_args(argv)  # the launcher adds --local_rank=N (LOCAL_RANK env too)
     # Library deprecation notices (gradient_checkpointing naming, all_gather_into_tensor) are for
     # dojo's developers, not its users; they would repeat once per rank.

@@ -1,4 +1,4 @@
-"""Output that serves (issue 15 item 3), fast: which template tokens must be single tokens, the
+"""Output that serves (dojo.train.vocab, the worker's serving and args), fast: which template tokens must be single tokens, the
 tokenizer the run saves, generation_config.json; and the worker's eval split and Trainer args."""
 
 import importlib.util
@@ -17,7 +17,7 @@ from dojo.chat.template import load_template, render  # noqa: E402
 from dojo.errors import DataError, DojoError  # noqa: E402
 from dojo.train import vocab  # noqa: E402
 from dojo.train.tiny import materialize_tiny_model  # noqa: E402
-from tests.runs import run_of  # noqa: E402
+from tests.helpers.runs import run_of  # noqa: E402
 
 CHAT = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]
 

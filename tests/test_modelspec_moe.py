@@ -167,6 +167,7 @@ _VALUES = st.one_of(
 _FUZZED = {"specs": 0, "refused": 0}
 
 
+@pytest.mark.slow  # hypothesis: seconds; `make test` runs it
 @settings(
     max_examples=int(os.environ.get("DOJO_FUZZ_EXAMPLES", "300")),
     deadline=None,

@@ -1,7 +1,7 @@
 """Quirks of chatml, zephyr-7b-beta, vicuna, llama-2-chat, yi-1.5-chat, baichuan2-chat, glm-4-9b-chat.
 
 Expected strings are written from reading each official template; the oracle test
-(test_chat_templates_oracle.py) checks the same templates against transformers itself.
+(test_templates_chat_oracle.py) checks the same templates against transformers itself.
 """
 
 import pytest

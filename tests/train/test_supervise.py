@@ -2,7 +2,7 @@
 
 Fast: a stand-in launcher (a child that starts a grandchild, both sleep, as the DeepSpeed runner
 starts launch.py which starts the ranks) under the real launch.run + dojo.train.supervise. The
-same through the real `dojo train --nproc 2` is in test_faults_more.py (slow).
+same through the real `dojo train --nproc 2` is in test_supervise_cpu.py (slow).
 """
 
 import os
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from dojo.train import supervise
-from tests.train.procs import FAKE_LAUNCHER as _FAKE
-from tests.train.procs import REPO
-from tests.train.procs import WRAP as _WRAP
-from tests.train.procs import alive as _alive
+from tests.helpers.procs import FAKE_LAUNCHER as _FAKE
+from tests.helpers.procs import REPO
+from tests.helpers.procs import WRAP as _WRAP
+from tests.helpers.procs import alive as _alive
 
 
 def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
@@ -65,6 +65,7 @@ def test_sigkill_of_the_parent_ends_the_run(tmp_path: Path) -> None:
                 os.kill(p, signal.SIGKILL)
 
 
+@pytest.mark.slow  # waits out the grace period
 def test_a_launcher_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + (
         "open(__import__('sys').argv[1], 'w').write(str(__import__('os').getpid())); time.sleep(120)"

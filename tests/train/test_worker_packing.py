@@ -1,13 +1,11 @@
 """Packing: rows within seq_len, positions restart per sample, no attention across samples."""
 
-import json
-from typing import Any
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dojo.train.worker.packing import IGNORE, pack
+from dojo.train.worker.packing import IGNORE, pack, sample_offsets
+from tests.helpers.examples import random_examples, tiny_llama
 
 
 def make(lengths: list[int], start: int = 10) -> list[dict[str, list[int]]]:
@@ -52,6 +50,13 @@ def test_pack_fills_rows_best_fit() -> None:
     assert sum(len(r["input_ids"]) for r in rows) == 26
 
 
+def test_sample_offsets() -> None:
+    """Where each sample starts in a packed row (from its position ids), and the longest one."""
+    assert sample_offsets([0, 1, 2, 0, 1, 0]) == ([0, 3, 5, 6], 3)
+    assert sample_offsets([0, 1, 2, 3]) == ([0, 4], 4)
+    assert sample_offsets([]) == ([0], 0)
+
+
 def test_pack_is_deterministic_and_refuses_long() -> None:
     ex = make([3, 9, 4, 4, 1, 7])
     assert pack(ex, 10) == pack(ex, 10)
@@ -61,30 +66,6 @@ def test_pack_is_deterministic_and_refuses_long() -> None:
 
 
 # ---- slow: the real model proves no cross-sample attention ---------------------------------
-
-
-def random_examples(lengths: tuple[int, ...], seed: int = 1) -> list[dict[str, list[int]]]:
-    """Samples of random token ids (labels = inputs), one per length, reproducible."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for n in lengths:
-        ids = torch.randint(5, 1000, (n,), generator=g).tolist()
-        out.append({"input_ids": ids, "labels": list(ids)})
-    return out
-
-
-def tiny_llama(attn: str) -> Any:
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    from dojo.train.tiny import TINY_CONFIG
-
-    cfg = LlamaConfig(**json.loads(TINY_CONFIG.read_text()))
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch.float32)
-    return model.eval()
 
 
 @pytest.mark.slow

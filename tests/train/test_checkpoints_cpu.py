@@ -1,10 +1,13 @@
-"""Issue 7, faults: `dojo train --nproc 2` (real DeepSpeed launcher, 2 CPU ranks) killed and resumed.
+"""dojo.train.checkpoints through the real launcher: `dojo train --nproc 2` (DeepSpeed runner,
+2 CPU ranks) killed after a checkpoint and resumed, and a finished run's markers.
 
-Slow (about 2 minutes on 2 cores: four small runs of the embedded default). One uninterrupted
-reference run, one run whose rank 0 gets SIGKILL right after its first complete checkpoint, its
---resume, and one run stopped with SIGINT. Asserted: every process gone within seconds, the last
-complete checkpoint intact and the one resumed from (a half-written later one is skipped), the
-resumed run ending at the same step with the same losses as the reference, exit 130 on Ctrl-C.
+Slow (a few minutes on 2 cores: small runs of the embedded default). One uninterrupted reference
+run, one run whose rank 0 gets SIGKILL right after its first complete checkpoint, and its
+--resume. Asserted: every process gone within seconds, the dead rank named, the last complete
+checkpoint intact and the one resumed from (a half-written later one is skipped), the resumed run
+ending at the same step with the same losses as the reference. A trained run's real markers hold
+its settings (a --zero 3 resume is refused), and a shard truncated in the latest checkpoint makes
+--resume fall back to the previous one.
 """
 
 import json
@@ -18,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from dojo.errors import LaunchError
 from dojo.train import checkpoints
-from tests.train.procs import run_processes as _run_processes
-from tests.train.procs import start_train
-from tests.train.procs import wait_for as _wait_for
+from tests.helpers.procs import run_processes as _run_processes
+from tests.helpers.procs import start_train
+from tests.helpers.procs import wait_for as _wait_for
 
 pytestmark = pytest.mark.slow
 STEPS = 60  # ~8 s of training: a wide window to kill in, yet a small run
@@ -71,7 +75,7 @@ class Killed:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("faults") / "reference"
+    out = tmp_path_factory.mktemp("killed") / "reference"
     _train(out)
     return out
 
@@ -79,7 +83,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory: pytest.TempPathFactory) -> Killed:
     """SIGKILL rank 0 (the rank that writes checkpoint markers) right after checkpoint-5."""
-    out = tmp_path_factory.mktemp("faults") / "run"
+    out = tmp_path_factory.mktemp("killed") / "run"
     proc, log = _start(out)
     try:
         _wait_for(lambda: checkpoints.latest_complete(out) is not None, 300, "a checkpoint")
@@ -95,7 +99,7 @@ def killed(tmp_path_factory: pytest.TempPathFactory) -> Killed:
             proc.kill()
     latest = checkpoints.latest_complete(out)
     assert latest is not None
-    print(f"\nfaults: SIGKILL rank 0 -> every process gone in {gone:.1f} s, exit {rc}")  # -s
+    print(f"\ncheckpoints: SIGKILL rank 0 -> every process gone in {gone:.1f} s, exit {rc}")  # -s
     return Killed(out, log.read_text(errors="replace"), rc, 0, gone, latest)
 
 
@@ -183,26 +187,45 @@ def test_resume_matches_the_uninterrupted_run(
     )
 
 
-def test_ctrl_c_exits_130_and_leaves_no_process(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    # flags repeat: the last one wins; every step logged (auto logs 1% of a long run)
-    proc, log = _start(out, "--max-steps", "100000", "--logging-steps", "1")
-    try:
-        _wait_for(lambda: len(_ranks(out)) == 2, 300, "both ranks")
-        _wait_for(lambda: "step 2/" in log.read_text(errors="replace"), 300, "training steps")
-        proc.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
-        t0 = time.monotonic()
-        rc = proc.wait(timeout=120)
-        _wait_for(lambda: not _run_processes(out), 60, "every process of the run to end")
-        gone = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+# ---- a finished run's real markers ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("markers") / "run"
+    proc, log = _start(out, "--max-steps", "10", "--save-steps", "5", "--save-total-limit", "3")
+    assert proc.wait(timeout=400) == 0, log.read_text(errors="replace")[-4000:]
+    return out
+
+
+def test_real_marker_holds_settings_and_verifies(trained: Path) -> None:
+    marker = checkpoints.read_marker(trained / "checkpoint-10")
+    assert {k: marker[k] for k in ("method", "zero_stage", "world_size", "precision_resolved")} == {
+        "method": "lora",
+        "zero_stage": 2,
+        "world_size": 2,
+        "precision_resolved": "fp32",
+    }
+    assert any("optim_states" in f for f in marker["files"])
+    assert checkpoints.verify(trained / "checkpoint-10") == []
+    new = {**marker, "zero_stage": 3}
+    with pytest.raises(LaunchError, match="trained with --zero 2, this run asks --zero 3"):
+        checkpoints.resume_point(trained, 2, new)
+
+
+def test_truncated_shard_resumes_from_the_previous_checkpoint(trained: Path) -> None:
+    shard = next((trained / "checkpoint-10").rglob("*optim_states.pt"))
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    proc, log = _start(trained, "--max-steps", "10", "--save-steps", "5", "--resume")
+    rc = proc.wait(timeout=400)
     text = log.read_text(errors="replace")
-    print(f"\nfaults: SIGINT -> exit {rc}, every process gone in {gone:.1f} s")  # shown with -s
-    assert rc == 130, text[-3000:]
-    assert gone < EXIT_WITHIN_S, gone
-    assert "interrupted: every process of the run was stopped" in text
+    assert rc == 0, text[-4000:]
+    assert "warning: --resume: checkpoint-10 is damaged (global_step10/" in text
+    assert f"resuming from {trained.resolve() / 'checkpoint-5'}" in text
+    summary = json.loads((trained / "dojo_summary.json").read_text())
+    assert summary["resumed_from"] == str(trained.resolve() / "checkpoint-5")
+    assert summary["steps"] == 10
+    assert checkpoints.verify(trained / "checkpoint-10") == []  # rewritten whole, new marker
 
 
 def _start(out: Path, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:

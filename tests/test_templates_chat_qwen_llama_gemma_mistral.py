@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from test_chat_templates_public import CASES, SIDECAR_KEYS  # one copy of the public cases
 
 from dojo.chat.template import render
 from dojo.errors import DojoError, TemplateError
+from tests.helpers.chat_cases import CASES, SIDECAR_KEYS
 
 CHAT_DIR = Path(__file__).resolve().parent.parent / "templates" / "chat"
 

@@ -2,28 +2,12 @@
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
 from dojo.chat.template import bundled_names, load_template, render
 from dojo.errors import TemplateError
-
-CHAT = Path(__file__).resolve().parent.parent / "templates" / "chat"
-# Hugging Face's own renderings of the official templates (provenance: tests/data/README.md).
-PUBLIC_CASES = Path(__file__).resolve().parent / "data" / "chat-templates-expected-public.json"
-CASES = json.loads(PUBLIC_CASES.read_text(encoding="utf-8"))
-SIDECAR_KEYS = {
-    "family",
-    "model",
-    "revision_note",
-    "official",
-    "bos_token",
-    "eos_token",
-    "stop_token",
-    "variables",
-    "supports",
-}
+from tests.helpers.chat_cases import CASES, CHAT, SIDECAR_KEYS
 
 
 def _bundled_cases() -> list:

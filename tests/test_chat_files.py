@@ -1,4 +1,4 @@
-"""Issue 14, classes 2 and 4: odd --messages / --template inputs give one error line and a hint.
+"""dojo.chat.files: odd --messages / --template inputs give one error line and a hint.
 
 Latin-1 files, JSON nested 100,000 deep, records of the wrong shape, FIFOs without a writer,
 /dev/null, symlink loops, broken links: each is named for what it is, exit 1, no traceback,
@@ -327,6 +327,7 @@ def _cli_survives(cli, path: Path) -> None:
         assert lines[0].startswith("error: --messages") and lines[1].startswith("hint: "), out
 
 
+@pytest.mark.slow  # hypothesis: seconds; `make test` runs it
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -337,6 +338,7 @@ def test_fuzz_any_bytes_as_messages(cli, tmp_path: Path, data: bytes) -> None:
     _cli_survives(cli, p)
 
 
+@pytest.mark.slow  # hypothesis: seconds; `make test` runs it
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

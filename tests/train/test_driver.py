@@ -1,4 +1,4 @@
-"""Issue 15 item 8: a CPU run's first lines talk about CPU processes, never GPUs."""
+"""dojo.train.driver: a CPU run's first lines talk about CPU processes, never GPUs."""
 
 from pathlib import Path
 from unittest.mock import patch

@@ -1,4 +1,4 @@
-"""Issue 14, class 3: every error a template raises while rendering comes with a hint.
+"""dojo.chat.failures: every error a template raises while rendering comes with a hint.
 
 The hint says where the template stopped (its line, and the message it was on when a loop
 variable is one of the messages) and what to change. Through the CLI: one error line, one hint
@@ -112,7 +112,7 @@ def test_raise_exception_message_is_kept_exactly() -> None:
 
 
 # Bundled templates given malformed tool_calls straight through the library (the CLI refuses them
-# earlier, see test_chat_bad_files): rendered text or an error that names the message.
+# earlier, see test_chat_files.py): rendered text or an error that names the message.
 TOOL_TEMPLATES = [
     "qwen2.5-instruct",
     "qwen3",
@@ -172,6 +172,7 @@ FUZZ_MSGS = st.lists(
 )  # fmt: skip
 
 
+@pytest.mark.slow  # hypothesis: seconds; `make test` runs it
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(PIECES, min_size=1, max_size=5).map("".join), FUZZ_MSGS)
 def test_fuzz_every_failure_has_a_hint(source: str, msgs: list[dict[str, object]]) -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_chat_templates_public import CASES as PUBLIC_CASES
 
 from dojo.chat.template import render
 from dojo.errors import TemplateError
+from tests.helpers.chat_cases import CASES as PUBLIC_CASES
 
 CHAT_DIR = Path(__file__).resolve().parent.parent / "templates" / "chat"
 BOS = "<｜begin▁of▁sentence｜>"

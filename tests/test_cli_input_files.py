@@ -1,4 +1,4 @@
-"""Issue 14, hostile input to the core classes, through the real CLI (dojo.cli.main).
+"""dojo.cli given files that are not what they claim, through the real entry point.
 
 Files with duplicate keys, NaN/Infinity/1e400, absurd sizes, 100,000 nested brackets, Latin-1
 bytes; FIFOs, devices, symlink loops and folders where a file is expected; ``--gpus ²``. Every case

@@ -1,4 +1,4 @@
-"""Issue 7, bad input: a table of wrong invocations run through the real CLI (dojo.cli.main).
+"""dojo.cli: a table of wrong invocations of every command, run through the real entry point.
 
 Every case must end with exactly one ``error:`` line holding the expected text, a non-zero exit
 code (1 = DojoError, 2 = usage error), no traceback, and not a single file written or changed.

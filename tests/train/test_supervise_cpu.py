@@ -1,9 +1,10 @@
-"""Issue 14 through the real launcher: `dojo train --nproc 2` (DeepSpeed runner -> launch -> 2 CPU ranks).
+"""dojo.train.supervise through the real launcher: `dojo train --nproc 2` (DeepSpeed runner ->
+launch -> 2 CPU ranks) stopped from outside.
 
-Slow (a few minutes on 2 cores). SIGHUP of dojo train (terminal closed, ssh dropped) and SIGKILL
-of dojo train (nothing of it runs) both end every process of the run within seconds. A trained
-run's real checkpoint markers: a shard truncated in the latest checkpoint makes --resume fall back
-to the previous one (and the resumed run finishes), and its settings refuse a --zero 3 resume.
+Slow (a few minutes on 2 cores). Ctrl-C (SIGINT) and SIGHUP of dojo train (terminal closed, ssh
+dropped) exit 130; SIGKILL of dojo train (nothing of it runs) and of DeepSpeed's launch process
+fail the run; each ends every process of the run within seconds. The same with a stand-in
+launcher, fast: test_supervise.py.
 """
 
 import json
@@ -15,11 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dojo.errors import LaunchError
-from dojo.train import checkpoints
-from tests.train.procs import run_processes as _run_processes
-from tests.train.procs import start_train
-from tests.train.procs import wait_for as _wait_for
+from tests.helpers.procs import run_processes as _run_processes
+from tests.helpers.procs import start_train
+from tests.helpers.procs import wait_for as _wait_for
 
 pytestmark = pytest.mark.slow
 GONE_WITHIN_S = 10.0
@@ -56,7 +55,7 @@ def _stop(sig: int, tmp_path: Path) -> tuple[int, float, dict[int, list[str]], s
 def test_sighup_stops_every_process(tmp_path: Path) -> None:
     rc, gone, before, log = _stop(signal.SIGHUP, tmp_path)
     print(
-        f"\nfaults: SIGHUP of dojo train -> exit {rc}, {len(before)} processes gone in {gone:.1f} s"
+        f"\nsupervise: SIGHUP of dojo train -> exit {rc}, {len(before)} processes gone in {gone:.1f} s"
     )
     assert rc == 130, log[-3000:]
     assert gone < GONE_WITHIN_S
@@ -71,7 +70,7 @@ def test_sigkill_of_dojo_train_leaves_no_orphan(tmp_path: Path) -> None:
         next((a for a in argv if a.startswith(("dojo.", "deepspeed."))), "?")
         for argv in before.values()
     )
-    print(f"\nfaults: SIGKILL of dojo train -> {kinds} all gone in {gone:.1f} s")
+    print(f"\nsupervise: SIGKILL of dojo train -> {kinds} all gone in {gone:.1f} s")
     assert rc == -signal.SIGKILL
     # The tree it had to end: supervisor, DeepSpeed runner, DeepSpeed launch, two ranks.
     assert kinds == [
@@ -82,44 +81,6 @@ def test_sigkill_of_dojo_train_leaves_no_orphan(tmp_path: Path) -> None:
         "dojo.train.worker",
     ], kinds
     assert gone < GONE_WITHIN_S
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("faults14") / "run"
-    proc, log = _start(out, "--max-steps", "10", "--save-steps", "5", "--save-total-limit", "3")
-    assert proc.wait(timeout=400) == 0, log.read_text(errors="replace")[-4000:]
-    return out
-
-
-def test_real_marker_holds_settings_and_verifies(trained: Path) -> None:
-    marker = checkpoints.read_marker(trained / "checkpoint-10")
-    assert {k: marker[k] for k in ("method", "zero_stage", "world_size", "precision_resolved")} == {
-        "method": "lora",
-        "zero_stage": 2,
-        "world_size": 2,
-        "precision_resolved": "fp32",
-    }
-    assert any("optim_states" in f for f in marker["files"])
-    assert checkpoints.verify(trained / "checkpoint-10") == []
-    new = {**marker, "zero_stage": 3}
-    with pytest.raises(LaunchError, match="trained with --zero 2, this run asks --zero 3"):
-        checkpoints.resume_point(trained, 2, new)
-
-
-def test_truncated_shard_resumes_from_the_previous_checkpoint(trained: Path) -> None:
-    shard = next((trained / "checkpoint-10").rglob("*optim_states.pt"))
-    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
-    proc, log = _start(trained, "--max-steps", "10", "--save-steps", "5", "--resume")
-    rc = proc.wait(timeout=400)
-    text = log.read_text(errors="replace")
-    assert rc == 0, text[-4000:]
-    assert "warning: --resume: checkpoint-10 is damaged (global_step10/" in text
-    assert f"resuming from {trained.resolve() / 'checkpoint-5'}" in text
-    summary = json.loads((trained / "dojo_summary.json").read_text())
-    assert summary["resumed_from"] == str(trained.resolve() / "checkpoint-5")
-    assert summary["steps"] == 10
-    assert checkpoints.verify(trained / "checkpoint-10") == []  # rewritten whole, new marker
 
 
 def test_sigkill_of_deepspeed_launch_is_a_failure_without_orphans(tmp_path: Path) -> None:
@@ -140,11 +101,32 @@ def test_sigkill_of_deepspeed_launch_is_a_failure_without_orphans(tmp_path: Path
         for pid in _run_processes(out):
             os.kill(pid, signal.SIGKILL)
     text = log.read_text(errors="replace")
-    print(f"\nfaults: SIGKILL of deepspeed launch -> exit {rc}, all gone in {gone:.1f} s")
+    print(f"\nsupervise: SIGKILL of deepspeed launch -> exit {rc}, all gone in {gone:.1f} s")
     assert rc == 1, text[-3000:]
     assert "error: training failed (launcher exit code 1)" in text
     assert "done:" not in text
     assert gone < GONE_WITHIN_S
+
+
+def test_ctrl_c_exits_130_and_leaves_no_process(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    # every step logged (auto logs 1% of a long run)
+    proc, log = _start(out, "--max-steps", "100000", "--logging-steps", "1")
+    try:
+        _training(out, log)
+        proc.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
+        t0 = time.monotonic()
+        rc = proc.wait(timeout=120)
+        _wait_for(lambda: not _run_processes(out), 60, "every process of the run to end")
+        gone = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text(errors="replace")
+    print(f"\nsupervise: SIGINT -> exit {rc}, every process gone in {gone:.1f} s")  # shown with -s
+    assert rc == 130, text[-3000:]
+    assert gone < 2 * GONE_WITHIN_S, gone  # Ctrl-C first lets the ranks stop themselves
+    assert "interrupted: every process of the run was stopped" in text
 
 
 def _start(out: Path, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:

@@ -7,14 +7,10 @@ from typing import Any
 
 import pytest
 
-from dojo.train.worker.packing import PackedCollator, pack, sample_offsets
-from tests.train.test_packing import random_examples
+pytest.importorskip("torch", reason="needs the train extra")
 
-
-def test_sample_offsets() -> None:
-    assert sample_offsets([0, 1, 2, 0, 1, 0]) == ([0, 3, 5, 6], 3)
-    assert sample_offsets([0, 1, 2, 3]) == ([0, 4], 4)
-    assert sample_offsets([]) == ([0], 0)
+from dojo.train.worker.packing import PackedCollator, pack, sample_offsets  # noqa: E402
+from tests.helpers.examples import random_examples  # noqa: E402
 
 
 def test_varlen_collator_flattens_and_gives_offsets() -> None:
@@ -167,7 +163,7 @@ def test_varlen_trains_through_the_launcher_like_sdpa(tmp_path: Path) -> None:
     kept apart by offsets instead of a mask), and the saved model loads without dojo."""
     from transformers import AutoConfig
 
-    from tests.train.test_train_cpu import dojo_train, summary
+    from tests.helpers.train import dojo_train, summary
 
     docs = tmp_path / "docs.jsonl"
     docs.write_text("".join(json.dumps({"text": f"Doc {i}: " + "fox " * (i % 23 + 2)}) + "\n"

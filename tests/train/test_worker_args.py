@@ -2,17 +2,13 @@
 named from config.json's model_type must be in the loaded model, else transformers' own
 _no_split_modules replaces it in the live DeepSpeed config, else the leaf entry goes."""
 
-import importlib.util
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("transformers") is None, reason="needs the train extra"
-)
-
-from torch import nn  # noqa: E402
+pytest.importorskip("transformers", reason="needs the train extra")
+nn = pytest.importorskip("torch.nn", reason="needs the train extra")
 
 from dojo.run.groups.zero import ZeroOptions  # noqa: E402
 from dojo.train.worker.args import fit_z3_leaf  # noqa: E402
