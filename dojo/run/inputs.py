@@ -4,6 +4,7 @@ Flags default to None ("not given"), so a value from the file is never silently 
 """
 
 import difflib
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -101,5 +102,6 @@ def to_yaml(options: RunOptions, command: str = "train") -> str:
             value = getattr(group, o.name)
             value = list(value) if isinstance(value, tuple) else value
             text = yaml.safe_dump({o.name: value}, default_flow_style=True, width=10**6).strip()
-            lines.append(f"{text[1:-1] if text.startswith('{') else text}  # {o.help[:80]}")
+            note = textwrap.shorten(o.help, 72, placeholder=" ...")
+            lines.append(f"{text[1:-1] if text.startswith('{') else text}  # {note}")
     return "\n".join(lines) + "\n"
