@@ -99,7 +99,7 @@ def test_writes_file_and_refuses_overwrite(cli, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        (["--stage", "4"], "error: --stage '4': out of range: from 0 to 3"),
+        (["--stage", "4"], "error: --stage '4': choose one of none, 0, 1, 2, 3"),
         (
             ["--stage", "2", "--offload", "gpu"],
             "error: --offload 'gpu': choose one of none, cpu, nvme",

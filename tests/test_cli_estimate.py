@@ -22,13 +22,14 @@ def test_plain_table_all_stages(cli) -> None:
     assert header[:2] == ["stage", "offload"] and header[-1] == "verdict"
     for col in ["params", "grads", "optim", "activ", "logits", "comm", "reserve", "overhead"]:
         assert col in header
-    stages = [ln.split()[0] for ln in lines[2:10]]
-    assert stages == ["0", "1", "1", "2", "2", "3", "3", "3"]
+    stages = [ln[:12].strip() for ln in lines[2:11]]
+    assert stages == ["no DeepSpeed", "0", "1", "1", "2", "2", "3", "3", "3"]
     assert "comm(docs)" in header  # stage 3 has overlap_comm on by default
-    assert lines[2].split()[-1] == "NO"
+    # Full fine-tuning of 7B: 8 B a parameter without DeepSpeed (bf16 AdamW states), 16 at ZeRO-0.
+    assert lines[2].split()[-1] == "tight" and lines[3].split()[-1] == "NO"
     # Where host RAM goes, per row: offloaded states, pinned rounding, the load, the ranks.
-    assert lines[10] == "host RAM per node (GiB):"
-    assert lines[11].split()[2:] == [
+    assert lines[11] == "host RAM per node (GiB):"
+    assert lines[12].split()[2:] == [
         "offloaded",
         "pinned",
         "pad",
@@ -38,7 +39,7 @@ def test_plain_table_all_stages(cli) -> None:
         "CPU",
         "total",
     ]
-    assert len(lines) == 12 + 8
+    assert len(lines) == 13 + 9
 
 
 def test_json_schema(cli) -> None:

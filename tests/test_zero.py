@@ -170,7 +170,7 @@ def test_nvme_blocks() -> None:
 @pytest.mark.parametrize(
     ("cfg", "precision", "message", "hint"),
     [
-        (ZeroOptions(stage=4), "auto", "--zero 4: out of range: from 0 to 3", "e.g. --zero 3"),  # type: ignore[arg-type]
+        (ZeroOptions(stage=4), "auto", "--zero 4: choose one of none, 0, 1, 2, 3", "e.g. --zero 3"),  # type: ignore[arg-type]
         (
             ZeroOptions(offload="gpu"),
             "auto",
