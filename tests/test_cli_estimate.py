@@ -248,3 +248,23 @@ def test_plan_rows_all_with_offload() -> None:
         (2, "cpu", "none"),
         (3, "cpu", "cpu"),
     ]
+
+
+def test_zero_none_row(cli) -> None:
+    r = cli("estimate", "--model", "1b", "--method", "qlora", "--zero", "none", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [row["stage"] for row in doc["rows"]] == ["none"]
+    assert doc["runs"][0]["zero"]["stage"] == "none"
+    r = cli("estimate", "--model", "1b", "--zero", "none", "--liger", "off")
+    assert r.exit_code == 0, r.stderr
+    title, _, row = r.stdout.splitlines()[:3]
+    assert "sdpa, no DeepSpeed;" in title and row.startswith("no DeepSpeed  none ")
+    # --zero all: the run without DeepSpeed first; where only DeepSpeed can do what was asked,
+    # no such row.
+    r = cli("estimate", "--model", "1b", "--zero", "all", "--json")
+    assert [row["stage"] for row in json.loads(r.stdout)["rows"]][:2] == ["none", 0]
+    r = cli("estimate", "--model", "1b", "--zero", "all", "--optimizer", "ds", "--json")
+    assert [row["stage"] for row in json.loads(r.stdout)["rows"]][0] == 0
+    r = cli("estimate", "--model", "1b", "--zero", "none", "--offload", "cpu")
+    assert r.exit_code == 1 and "error: --offload cpu needs DeepSpeed (got --zero none)" in r.stderr

@@ -23,6 +23,8 @@ FP64 = 8
 # bitsandbytes 0.50 NF4 with double quant, measured: 0.5 B packed + 8-bit absmax per 64 values +
 # fp32 second-level constants per 256 blocks (docs/estimate.md, "LoRA and QLoRA"; QLoRA paper sec 3).
 NF4_DQ_BYTES = 0.5159
+NF4_BYTES = 0.5625  # without double quant: 0.5 B + an fp32 absmax per 64 values
+BNB_4BIT = "bitsandbytes 4-bit"  # ModelSpec.quantization of a checkpoint bitsandbytes quantized
 DS_ALLREDUCE_BYTES_ELEMS = 500_000_000  # engine.py MEMORY_OPT_ALLREDUCE_SIZE (ZeRO-0 flatten)
 # bitsandbytes 0.50 optim/optimizer.py Optimizer2State.init_state: 8-bit m and v are uint8 with
 # one fp32 absmax per 256 values each; tensors under min_8bit_size (4096) keep fp32 states.
@@ -123,7 +125,8 @@ def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
     # NF4 + double quant for decoder linears; embeddings, head, norms and biases stay 16-bit,
     # or fp32 where prepare_model_for_kbit_training upcast them and no DeepSpeed cast them back.
     rest = FP32 if s.fp32_rest else BF16
-    w_base = NF4_DQ_BYTES * spec.quantizable_params + rest * (p - spec.quantizable_params)
+    nf4 = NF4_BYTES if spec.quantization == BNB_4BIT and not spec.quant_double else NF4_DQ_BYTES
+    w_base = nf4 * spec.quantizable_params + rest * (p - spec.quantizable_params)
     return p_t, w_base, largest_t
 
 
@@ -147,8 +150,8 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     validate(setup)
     s, cal = setup, setup.calibration
     n = s.world_size
+    notes = quantized_notes(spec, s)
     p_t, w_base, largest_t = _trainable(spec, s)
-    notes: list[str] = []
     if s.run.model.method == "qlora" and s.zero.stage == 3:
         notes.append(
             "ZeRO-3 + QLoRA needs bnb_4bit_quant_storage=bfloat16 (the model dtype) "
@@ -275,6 +278,40 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         nvme=c["nvme"],
         notes=tuple(notes),
         reference=int(reference),
+    )
+
+
+def quantized_notes(spec: ModelSpec, s: Setup) -> list[str]:
+    """A checkpoint quantized before training (config.json quantization_config): refused unless
+    the estimate describes it. It models 16-bit weights, and for --method qlora the NF4 weights
+    bitsandbytes makes at load; a bitsandbytes 4-bit checkpoint trained with --method qlora is
+    that (transformers loads it with its own quantization_config), except at ZeRO-3, whose
+    sharding of 4-bit weights needs the storage dojo sets when it quantizes."""
+    q = spec.quantization
+    if not q:
+        return []
+    method = s.run.model.method
+    if q == BNB_4BIT and method == "qlora":
+        if s.zero.stage == 3:
+            raise EstimateError(
+                f"{spec.name}: a checkpoint already bitsandbytes 4-bit is not estimated "
+                "at --zero 3: ZeRO-3 shards 4-bit weights stored as bf16, which dojo sets up only "
+                "when it quantizes the model itself",
+                hint="use --zero 2 (or 0, none), or the unquantized model with --method qlora",
+            )
+        dq = "with" if spec.quant_double else "without"
+        return [f"{spec.name} is already bitsandbytes 4-bit ({dq} double quant): estimated as "
+                "QLoRA's 4-bit base"]  # fmt: skip
+    hint = (
+        "use --method qlora: a bitsandbytes 4-bit checkpoint trains as QLoRA"
+        if q == BNB_4BIT
+        else "use the unquantized model it was made from (its config.json, or a name "
+        "like 8b); --method qlora quantizes that one with bitsandbytes"
+    )
+    raise EstimateError(
+        f"{spec.name}: config.json has a {q} quantization_config; the estimate models "
+        f"bf16 weights (NF4 for --method qlora), not {q} ones",
+        hint=hint,
     )
 
 
