@@ -733,3 +733,9 @@ def test_bitsandbytes_4bit_checkpoint_is_qlora_as_loaded(l7) -> None:
     )
     extra = (0.5625 - 0.5159) * l7.quantizable_params  # an fp32 absmax per 64 values, kept
     assert sq.params - ours.params == pytest.approx(extra, abs=2)
+
+
+def test_fp32_precision_is_said_to_be_unmodelled(l7) -> None:
+    notes = estimate(l7, Setup.of(stage="none", precision="fp32")).notes
+    assert notes[0].startswith("--precision fp32 is not modelled")
+    assert not estimate(l7, Setup.of(stage="none")).notes

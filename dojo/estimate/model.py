@@ -151,6 +151,9 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     s, cal = setup, setup.calibration
     n = s.world_size
     notes = quantized_notes(spec, s)
+    if s.kernels.precision == "fp32":
+        notes.append("--precision fp32 is not modelled: every term counts 16-bit weights, "
+                     "gradients and activations (fp32 ones take about twice as much)")  # fmt: skip
     p_t, w_base, largest_t = _trainable(spec, s)
     if s.run.model.method == "qlora" and s.zero.stage == 3:
         notes.append(
