@@ -46,8 +46,8 @@ def measured(config: Any, method: str) -> int:
 
 def estimated(config: Any, method: Any, attention: Any) -> int:
     spec = from_hf_config(config.to_dict(), "tiny")
-    setup = Setup(stage=0, deepspeed=False, method=method, micro_batch=1, seq_len=SEQ,
-                  adapter_dtype="bf16", lora_dropout=0.0, attention=attention)  # fmt: skip
+    setup = Setup.of(stage="none", method=method, micro_batch=1, seq_len=SEQ,
+                     adapter_dtype="bf16", lora_dropout=0.0, attn=attention)  # fmt: skip
     kept, loss_phase, _, _ = activation_phases(spec, setup)
     return kept + loss_phase
 

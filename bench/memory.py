@@ -198,7 +198,7 @@ def plain_estimate(
     from dojo.estimate import GIB, Setup, estimate
     from dojo.modelspec import resolve_model
 
-    stage = max(row.stage, 0)
+    stage: Any = "none" if row.stage < 0 else row.stage
     zo = plain_zero(row) if zo is None else zo
     rb, pb = zo.get("reduce_bucket_size", "auto"), zo.get("stage3_prefetch_bucket_size", "auto")
     setup = Setup.of(
@@ -206,7 +206,6 @@ def plain_estimate(
         grad_ckpt=row.grad_ckpt, overlap_comm=bool(zo.get("overlap_comm", stage == 3)),
         bucket_size="auto" if rb in ("auto", None) else int(float(rb)),
         offload=row.offload, lora_dropout=0.05, liger="off", packing=False,
-        deepspeed=row.stage >= 0,
         prefetch_bucket_size="auto" if pb in ("auto", None) or stage != 3 else int(float(pb)),
         expandable_segments="on" if expandable(row) else "off", attn="sdpa",
         sub_group_size=int(float(zo.get("sub_group_size", 1e9))),

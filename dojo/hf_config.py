@@ -4,7 +4,9 @@ A config.json is user input: ``"hidden_size": "big"``, ``0``, ``-1``, ``true``, 
 ``1e30`` must each stop with one line naming the key and the file, never a ZeroDivisionError or a
 silently wrong count. Mixture-of-experts layouts are read for the families whose module layout
 this file knows (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3); other MoE configs are refused
-rather than counted as dense.
+rather than counted as dense, and so are encoder-only and encoder-decoder models (dojo trains
+decoder-only causal language models). A ``quantization_config`` is read into words
+(``ModelSpec.quantization``); what it allows is the estimator's and the trainer's to decide.
 """
 
 from typing import Any
@@ -31,6 +33,28 @@ _NORMS_PER_LAYER = {"gemma2": 4, "gemma3": 4, "gemma3_text": 4}
 # Per-head RMSNorm on q and k (weight of head_dim each).
 _QK_NORM = {"qwen3", "gemma3", "gemma3_text", "olmo2", "qwen3_moe"}
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+ENCODER_TYPES = frozenset({
+    "albert", "bert", "big_bird", "camembert", "convbert", "data2vec-text", "deberta",
+    "deberta-v2", "distilbert", "electra", "ernie", "esm", "eurobert", "flaubert", "fnet",
+    "funnel", "ibert", "layoutlm", "longformer", "luke", "megatron-bert", "mobilebert",
+    "modernbert", "mpnet", "mra", "nezha", "nomic_bert", "nystromformer", "rembert", "roberta",
+    "roberta-prelayernorm", "roc_bert", "roformer", "squeezebert", "tapas", "xlm", "xlm-roberta",
+    "xlm-roberta-xl", "xmod", "yoso",
+})  # fmt: skip
+"""Encoder-only model types (bidirectional attention, a masked-LM head): transformers 5.24's
+MODEL_FOR_MASKED_LM_MAPPING_NAMES. Those that also have a causal-LM class there (BERT's
+BertLMHeadModel, ...) are still encoders: the causal variant is a decoder built from their
+layers for an encoder-decoder."""
+ENCODER_DECODER_TYPES = frozenset({
+    "bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "encoder-decoder", "fsmt", "led",
+    "longt5", "m2m_100", "marian", "mbart", "moonshine", "mt5", "mvp", "nllb-moe", "pegasus",
+    "pegasus_x", "plbart", "pop2piano", "prophetnet", "seamless_m4t", "seamless_m4t_v2",
+    "speech-encoder-decoder", "speech_to_text", "speecht5", "switch_transformers", "t5",
+    "t5gemma", "umt5", "vision-encoder-decoder", "whisper",
+})  # fmt: skip
+"""Sequence-to-sequence model types (transformers 5.24's MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM and
+SPEECH_SEQ_2_SEQ mappings, less the audio-LLMs that are decoders with an encoder in front). A
+config.json with ``"is_encoder_decoder": true`` is one too, whatever its type."""
 # Upper bounds: 10x past the largest published model, far below what overflows the estimator.
 _MAX = {
     "dim": 1 << 20,  # hidden / intermediate / head widths (largest real: ~50k)
@@ -110,6 +134,7 @@ def spec_fields(config: dict[str, Any], name: str, source: str) -> dict[str, Any
         cfg = {**{k: v for k, v in config.items() if k != "text_config"}, **text}
     r = _Reader(cfg, name, source)
     model_type = r.get_str("model_type", "llama")
+    _refuse_non_decoder(r, model_type)
     h = r.first(("hidden_size", "n_embd", "d_model"), "dim")
     layers = r.first(("num_hidden_layers", "n_layer", "num_layers"), "layers")
     heads = r.first(("num_attention_heads", "n_head"), "heads")
@@ -141,11 +166,52 @@ def spec_fields(config: dict[str, Any], name: str, source: str) -> dict[str, Any
         "mlp_bias": r.get_bool("mlp_bias", False),
         "norms_per_layer": _NORMS_PER_LAYER.get(model_type, 2),
         "qk_norm": model_type in _QK_NORM,
+        **_quantization(r, config),
     }
     if r.has("kv_lora_rank"):
         fields.update(_mla(r, heads, attn_bias))
     fields.update(_moe(r, model_type, layers, inter, attn_bias))
     return fields
+
+
+def _refuse_non_decoder(r: _Reader, model_type: str) -> None:
+    """Encoder-only and encoder-decoder models, before any of their keys is read as a decoder's
+    (a T5 or BERT config.json has the widths dojo's count reads, and would be counted as one)."""
+    if model_type in ENCODER_TYPES:
+        kind = "an encoder-only (masked-LM) model"
+    elif model_type in ENCODER_DECODER_TYPES or r.cfg.get("is_encoder_decoder") is True:
+        kind = "an encoder-decoder (sequence-to-sequence) model"
+    else:
+        return
+    raise EstimateError(
+        f"--model {r.name}: model_type {model_type!r} in {r.source} is {kind}; dojo estimates and "
+        "trains decoder-only causal language models",
+        hint="use a decoder-only model (Llama, Qwen, Mistral, Gemma, Phi, DeepSeek, ...)",
+    )
+
+
+def _quantization(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
+    """``quantization`` in words from config.json's quantization_config (GPTQ, AWQ, a checkpoint
+    bitsandbytes quantized, FP8, ...): its quant_method and bit width."""
+    q = config.get("quantization_config")
+    if q is None:
+        return {}
+    if not isinstance(q, dict):
+        raise r.fail(f"quantization_config {shorten(q)} must be an object")
+    method = q.get("quant_method")
+    words = clip(str(method), 40) if isinstance(method, str) and method else "unknown method"
+    if words == "bitsandbytes" or (method is None and ("load_in_4bit" in q or "load_in_8bit" in q)):
+        words = "bitsandbytes"
+        bits = 4 if q.get("load_in_4bit") is True else 8 if q.get("load_in_8bit") is True else 0
+        double = q.get("bnb_4bit_use_double_quant") is True
+        return {
+            "quantization": f"bitsandbytes {bits}-bit" if bits else words,
+            "quant_double": double,
+        }
+    width = q.get("bits", q.get("w_bit"))  # GPTQ's and AWQ's key
+    if isinstance(width, int) and not isinstance(width, bool) and 0 < width <= 64:
+        words += f" {width}-bit"
+    return {"quantization": words}
 
 
 def _mla(r: _Reader, heads: int, attn_bias: bool) -> dict[str, Any]:

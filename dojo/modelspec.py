@@ -76,6 +76,12 @@ class ModelSpec:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # --- a checkpoint quantized before training (config.json quantization_config) ---
+    quantization: str = ""
+    """Its method and bit width in words ("gptq 4-bit", "bitsandbytes 4-bit", "fp8"); "" for
+    unquantized weights."""
+    quant_double: bool = False
+    """bitsandbytes 4-bit: the absmax constants quantized again (bnb_4bit_use_double_quant)."""
 
     @property
     def is_moe(self) -> bool:

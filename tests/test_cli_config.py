@@ -96,10 +96,25 @@ def test_writes_file_and_refuses_overwrite(cli, tmp_path: Path) -> None:
     assert json.loads(out.read_text())["zero_optimization"]["stage"] == 3
 
 
+def test_no_deepspeed_needs_no_json(cli, tmp_path: Path) -> None:
+    note = "note: --zero none trains with the HF Trainer alone (no DeepSpeed): it needs no "
+    r = cli("config", "--zero", "none")
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "", note + "DeepSpeed config\n")
+    out = tmp_path / "ds.json"
+    r = cli("config", "--zero", "none", "-o", str(out), "--model", "1b")
+    assert r.exit_code == 0 and r.stderr == f"{note}DeepSpeed config; nothing written to {out}\n"
+    assert not out.exists()  # no file, not an empty one
+    out.write_text("{}")  # an existing file is left as it is, --force or not
+    assert cli("config", "--zero", "none", "-o", str(out), "--force").exit_code == 0
+    assert out.read_text() == "{}"
+    r = cli("config", "--zero", "none", "--offload", "cpu")
+    assert r.exit_code == 1 and r.stderr.startswith("error: --offload cpu needs DeepSpeed")
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        (["--stage", "4"], "error: --stage '4': out of range: from 0 to 3"),
+        (["--stage", "4"], "error: --stage '4': choose one of none, 0, 1, 2, 3"),
         (
             ["--stage", "2", "--offload", "gpu"],
             "error: --offload 'gpu': choose one of none, cpu, nvme",

@@ -22,13 +22,14 @@ def test_plain_table_all_stages(cli) -> None:
     assert header[:2] == ["stage", "offload"] and header[-1] == "verdict"
     for col in ["params", "grads", "optim", "activ", "logits", "comm", "reserve", "overhead"]:
         assert col in header
-    stages = [ln.split()[0] for ln in lines[2:10]]
-    assert stages == ["0", "1", "1", "2", "2", "3", "3", "3"]
+    stages = [ln[:12].strip() for ln in lines[2:11]]
+    assert stages == ["no DeepSpeed", "0", "1", "1", "2", "2", "3", "3", "3"]
     assert "comm(docs)" in header  # stage 3 has overlap_comm on by default
-    assert lines[2].split()[-1] == "NO"
+    # Full fine-tuning of 7B: 8 B a parameter without DeepSpeed (bf16 AdamW states), 16 at ZeRO-0.
+    assert lines[2].split()[-1] == "tight" and lines[3].split()[-1] == "NO"
     # Where host RAM goes, per row: offloaded states, pinned rounding, the load, the ranks.
-    assert lines[10] == "host RAM per node (GiB):"
-    assert lines[11].split()[2:] == [
+    assert lines[11] == "host RAM per node (GiB):"
+    assert lines[12].split()[2:] == [
         "offloaded",
         "pinned",
         "pad",
@@ -38,7 +39,7 @@ def test_plain_table_all_stages(cli) -> None:
         "CPU",
         "total",
     ]
-    assert len(lines) == 12 + 8
+    assert len(lines) == 13 + 9
 
 
 def test_json_schema(cli) -> None:
@@ -247,3 +248,23 @@ def test_plan_rows_all_with_offload() -> None:
         (2, "cpu", "none"),
         (3, "cpu", "cpu"),
     ]
+
+
+def test_zero_none_row(cli) -> None:
+    r = cli("estimate", "--model", "1b", "--method", "qlora", "--zero", "none", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [row["stage"] for row in doc["rows"]] == ["none"]
+    assert doc["runs"][0]["zero"]["stage"] == "none"
+    r = cli("estimate", "--model", "1b", "--zero", "none", "--liger", "off")
+    assert r.exit_code == 0, r.stderr
+    title, _, row = r.stdout.splitlines()[:3]
+    assert "sdpa, no DeepSpeed;" in title and row.startswith("no DeepSpeed  none ")
+    # --zero all: the run without DeepSpeed first; where only DeepSpeed can do what was asked,
+    # no such row.
+    r = cli("estimate", "--model", "1b", "--zero", "all", "--json")
+    assert [row["stage"] for row in json.loads(r.stdout)["rows"]][:2] == ["none", 0]
+    r = cli("estimate", "--model", "1b", "--zero", "all", "--optimizer", "ds", "--json")
+    assert [row["stage"] for row in json.loads(r.stdout)["rows"]][0] == 0
+    r = cli("estimate", "--model", "1b", "--zero", "none", "--offload", "cpu")
+    assert r.exit_code == 1 and "error: --offload cpu needs DeepSpeed (got --zero none)" in r.stderr

@@ -357,7 +357,7 @@ def test_three_state_verdict(l7) -> None:
 def test_paged_optimizer_spills_instead_of_failing(l7) -> None:
     # bitsandbytes pages its states (cudaMallocManaged): over the card by less than them is
     # "tight" (they move to host RAM), not "does not fit".
-    kw = {"stage": 0, "method": "qlora", "lora_r": 64, "deepspeed": False}
+    kw = {"stage": "none", "method": "qlora", "lora_r": 64}
     paged = estimate(l7, Setup.of(optim="paged_adamw_32bit", **kw))
     assert paged.optimizer_paged > 0
     card = (paged.gpu_total - paged.optimizer_paged / 2) / GIB
@@ -382,7 +382,7 @@ def test_calibration_is_used(l7) -> None:
         ({"seq_len": -5}, "--seq-len -5: out of range: from 8 to 1,048,576"),
         ({"gpus_per_node": 0}, "--num-gpus 0: must be at least 1"),
         ({"bucket_size": 0}, "--bucket-size 0: out of range: from 1 to"),
-        ({"stage": 4}, "--zero 4: out of range: from 0 to 3"),
+        ({"stage": 4}, "--zero 4: choose one of none, 0, 1, 2, 3"),
         ({"stage": 2, "offload_param": "cpu"}, "--offload-param cpu needs --zero 3 (got --zero 2)"),
         ({"stage": 0, "offload": "cpu"}, "--offload cpu needs ZeRO stage 1, 2 or 3 (got --zero 0)"),
     ],
@@ -553,7 +553,7 @@ def test_zero1_costs_more_than_zero0_on_one_gpu(l7) -> None:
 
 
 def test_optimizer_state_bytes(l7) -> None:
-    lora = {"stage": 0, "method": "lora", "deepspeed": False}
+    lora = {"stage": "none", "method": "lora"}
     p_t = estimate(l7, Setup.of(**lora)).trainable_params
     per = {
         o: estimate(l7, Setup.of(optim=o, **lora)).optimizer_states / p_t
@@ -574,7 +574,7 @@ def test_optimizer_state_bytes(l7) -> None:
 
 
 def test_fp32_adapters_cost_more_and_need_no_deepspeed(l7) -> None:
-    kw = {"stage": 0, "method": "qlora", "deepspeed": False, "grad_ckpt": True}
+    kw = {"stage": "none", "method": "qlora", "grad_ckpt": True}
     bf16, fp32 = (estimate(l7, Setup.of(adapter_dtype=d, **kw)) for d in ("bf16", "fp32"))
     assert fp32.params > bf16.params and fp32.activations > bf16.activations
     with pytest.raises(EstimateError, match="casts every float parameter"):
@@ -584,9 +584,9 @@ def test_fp32_adapters_cost_more_and_need_no_deepspeed(l7) -> None:
     auto = {st: Setup.of(stage=st, method="lora").fp32_adapters for st in (0, 1, 2, 3)}
     assert auto == {0: False, 1: False, 2: False, 3: True}
     assert not Setup.of(stage=3, method="qlora").fp32_adapters
-    assert Setup.of(stage=0, method="lora", deepspeed=False).fp32_adapters
+    assert Setup.of(stage="none", method="lora").fp32_adapters
     with pytest.raises(EstimateError, match="needs DeepSpeed"):
-        estimate(l7, Setup.of(stage=2, deepspeed=False))
+        estimate(l7, Setup.of(stage="none", offload="cpu"))
     with pytest.raises(EstimateError, match="bitsandbytes optimizers"):
         estimate(l7, Setup.of(stage=2, optim="paged_adamw_8bit", offload="cpu"))
 
@@ -643,3 +643,99 @@ def test_gemma2_norms_and_soft_cap() -> None:
     extra = activation_phases(g2, s)[0] - activation_phases(llama_like, s)[0]
     per_layer = 20 * g2.hidden_size * 1024 + 2 * g2.num_heads * 1024 * 1024
     assert extra == per_layer * g2.num_layers
+
+
+# --- runs without DeepSpeed (--zero none) -------------------------------------------------------
+
+
+def test_no_deepspeed_full_fine_tune_steps_bf16_weights(l7) -> None:
+    # dojo's worker loads bf16 weights and the Trainer steps them: bf16 grads and bf16 AdamW m, v
+    # (zeros_like), no fp32 master: 8 B a parameter against ZeRO-0's 16.
+    none = estimate(l7, Setup.of(stage="none", optim="adamw_torch_fused"))
+    z0 = estimate(l7, Setup.of(stage=0, optim="adamw_torch_fused"))
+    assert not none.setup.deepspeed and z0.setup.deepspeed
+    assert (none.params, none.gradients, none.optimizer_states) == (2 * P7, 2 * P7, 4 * P7)
+    assert z0.optimizer_states == 12 * P7
+    assert none.step == 0 and none.comm == 0  # the fused kernel steps in place; one GPU: no DDP
+    # torch's foreach AdamW makes sqrt(v) of every parameter at once: a bf16 copy of v.
+    assert estimate(l7, Setup.of(stage="none", optim="adamw_torch")).step == 2 * P7
+    # bitsandbytes' states keep their own dtypes, whatever the parameters'.
+    assert estimate(l7, Setup.of(stage="none", optim="adamw_8bit")).optimizer_states == int(
+        2.03125 * P7
+    )
+    assert (
+        estimate(l7, Setup.of(stage="none", optim="paged_adamw_32bit")).optimizer_states == 8 * P7
+    )
+
+
+def test_no_deepspeed_ddp_keeps_the_grads_twice(l7) -> None:
+    # DDP's flat buckets hold every trainable gradient beside .grad (gradient_as_bucket_view off),
+    # in the gradients' dtype; nothing is sharded: params, grads and states as on one GPU.
+    one, two = (estimate(l7, Setup.of(stage="none", gpus_per_node=n)) for n in (1, 2))
+    assert (one.comm, two.comm) == (0, 2 * P7)
+    assert (two.params, two.gradients, two.optimizer_states) == (
+        one.params, one.gradients, one.optimizer_states,
+    )  # fmt: skip
+    lora = estimate(l7, Setup.of(stage="none", method="lora", gpus_per_node=2))
+    assert lora.comm == 4 * lora.trainable_params  # PEFT's fp32 adapters, fp32 grads
+
+
+def test_plain_peft_qlora_keeps_fp32_embeddings_and_residual_stream(l7) -> None:
+    # prepare_model_for_kbit_training upcasts every non-4-bit weight to fp32 and nothing casts
+    # it back without DeepSpeed: embeddings and head at 4 B, and the checkpointed layer inputs
+    # (the residual stream) in fp32.
+    kw = {"method": "qlora", "grad_ckpt": True, "seq_len": 4096, "micro_batch": 4}
+    plain, z0 = (estimate(l7, Setup.of(stage=st, **kw)) for st in ("none", 0))
+    rest = P7 - l7.quantizable_params
+    assert plain.params - z0.params == pytest.approx(2 * rest + 2 * plain.trainable_params, abs=8)
+    assert plain.activations > z0.activations
+    assert plain.gpu_total > z0.gpu_total
+
+
+# --- checkpoints quantized before training ------------------------------------------------------
+
+
+def _quantized(**q: object) -> ModelSpec:
+    from dojo.architectures import ARCHITECTURES
+    from dojo.modelspec import from_hf_config
+
+    return from_hf_config({**ARCHITECTURES["llama-2-7b"], "quantization_config": q}, "q7")
+
+
+def test_quantized_checkpoints_refused_where_not_described(l7) -> None:
+    gptq = _quantized(quant_method="gptq", bits=4)
+    for method in ("full", "lora", "qlora"):
+        with pytest.raises(EstimateError) as exc:
+            estimate(gptq, Setup.of(method=method))
+        assert exc.value.message == (
+            "q7: config.json has a gptq 4-bit quantization_config; the estimate models bf16 "
+            "weights (NF4 for --method qlora), not gptq 4-bit ones"
+        )
+    bnb4 = _quantized(quant_method="bitsandbytes", load_in_4bit=True)
+    with pytest.raises(EstimateError) as exc:
+        estimate(bnb4, Setup.of(method="lora"))
+    assert exc.value.hint == "use --method qlora: a bitsandbytes 4-bit checkpoint trains as QLoRA"
+    with pytest.raises(EstimateError, match="not estimated at --zero 3"):
+        estimate(bnb4, Setup.of(method="qlora", stage=3))
+    with pytest.raises(EstimateError, match="bitsandbytes 8-bit quantization_config"):
+        estimate(_quantized(load_in_8bit=True), Setup.of(method="qlora"))
+
+
+def test_bitsandbytes_4bit_checkpoint_is_qlora_as_loaded(l7) -> None:
+    # transformers loads it with its own quantization_config: NF4 with or without double quant.
+    kw = {"method": "qlora", "stage": "none"}
+    double = _quantized(quant_method="bitsandbytes", load_in_4bit=True,
+                        bnb_4bit_use_double_quant=True)  # fmt: skip
+    single = _quantized(quant_method="bitsandbytes", load_in_4bit=True)
+    ours, dq, sq = (estimate(spec, Setup.of(**kw)) for spec in (l7, double, single))
+    assert dq.params == ours.params and dq.notes[0] == (
+        "q7 is already bitsandbytes 4-bit (with double quant): estimated as QLoRA's 4-bit base"
+    )
+    extra = (0.5625 - 0.5159) * l7.quantizable_params  # an fp32 absmax per 64 values, kept
+    assert sq.params - ours.params == pytest.approx(extra, abs=2)
+
+
+def test_fp32_precision_is_said_to_be_unmodelled(l7) -> None:
+    notes = estimate(l7, Setup.of(stage="none", precision="fp32")).notes
+    assert notes[0].startswith("--precision fp32 is not modelled")
+    assert not estimate(l7, Setup.of(stage="none")).notes

@@ -23,9 +23,9 @@ specs = st.sampled_from(SPECS)
 
 @st.composite
 def setups(draw: st.DrawFn) -> est.Setup:
-    stage = draw(st.integers(0, 3))
+    stage = draw(st.sampled_from(["none", 0, 1, 2, 3]))
     method = draw(st.sampled_from(["full", "lora", "qlora"]))
-    opt = "none" if stage == 0 else draw(DEVICES)
+    opt = "none" if stage in ("none", 0) else draw(DEVICES)
     par = draw(DEVICES) if stage == 3 else "none"
     return est.Setup.of(
         stage=stage,
@@ -98,16 +98,18 @@ def test_estimate_monotonic_in_model_size(
     small, big = est.estimate(spec, s), est.estimate(bigger, s)
     assert big.static >= small.static
     assert big.gpu_total >= small.gpu_total
-    assert big.cpu_total >= small.cpu_total
+    # Host terms are whole bytes, each truncated on its own: a few bytes of noise.
+    assert big.cpu_total >= small.cpu_total - 8
 
 
 @FAST
 @given(specs, setups())
 def test_sharded_model_states_never_above_stage0(spec: ModelSpec, s: est.Setup) -> None:
-    """params + grads + optimizer states per GPU at stages 1-3 <= stage 0, any offload; but LoRA
-    at ZeRO-3, whose adapters stay fp32 (DeepSpeed converts them without its bf16 cast), where
-    the adapters' bytes are compared at one dtype."""
-    if s.run.model.method == "lora" and s.zero.stage == 3:
+    """params + grads + optimizer states per GPU at stages 1-3 (and without DeepSpeed, which keeps
+    no master copy) <= stage 0, any offload; but LoRA at ZeRO-3, whose adapters stay fp32
+    (DeepSpeed converts them without its bf16 cast), and adapters without DeepSpeed (fp32, and
+    QLoRA's fp32 embeddings beside them), where the adapters' bytes are compared at one dtype."""
+    if s.run.model.method == "lora" and s.zero.stage == 3 or not s.deepspeed:
         s = dataclasses.replace(s, adapter_dtype="bf16")
     base = s.changed(stage=0, offload="none", offload_param="none")
     zero0 = est.estimate(spec, base).static

@@ -120,3 +120,57 @@ def test_moe_of_unknown_layout_rejected() -> None:
     cfg = dict(ARCHITECTURES["mistral-7b"], num_local_experts=8, num_experts_per_tok=2)
     with pytest.raises(EstimateError, match="mixture-of-experts layout of model_type 'mistral'"):
         from_hf_config(cfg, "mixtral")
+
+
+ENCODER = "an encoder-only (masked-LM) model"
+SEQ2SEQ = "an encoder-decoder (sequence-to-sequence) model"
+
+
+@pytest.mark.parametrize(
+    ("extra", "kind"),
+    [
+        ({"model_type": "bert"}, ENCODER),
+        ({"model_type": "deberta-v2"}, ENCODER),
+        ({"model_type": "t5"}, SEQ2SEQ),
+        ({"model_type": "bart"}, SEQ2SEQ),
+        ({"model_type": "my_seq2seq", "is_encoder_decoder": True}, SEQ2SEQ),
+    ],
+)
+def test_encoder_models_refused_before_their_keys_are_read(
+    tmp_path, extra: dict[str, object], kind: str
+) -> None:
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({"d_model": 512, "vocab_size": 32128, **extra}))  # no decoder keys
+    with pytest.raises(EstimateError) as exc:
+        resolve_model(str(f))
+    assert exc.value.message == (
+        f"--model {f}: model_type {extra['model_type']!r} in {f} is {kind}; dojo estimates and "
+        "trains decoder-only causal language models"
+    )
+    # A model type outside dojo's lists keeps today's reading: counted as a Llama-layout decoder.
+    f.write_text(json.dumps({**ARCHITECTURES["llama-3.2-1b"], "model_type": "my_decoder"}))
+    assert resolve_model(str(f)).params == PUBLISHED["llama-3.2-1b"]
+
+
+@pytest.mark.parametrize(
+    ("quantization", "words", "double"),
+    [
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "gptq 4-bit", False),
+        ({"quant_method": "awq", "w_bit": 4}, "awq 4-bit", False),
+        ({"quant_method": "fp8", "fmt": "e4m3"}, "fp8", False),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True,
+          "bnb_4bit_use_double_quant": True}, "bitsandbytes 4-bit", True),
+        ({"load_in_8bit": True}, "bitsandbytes 8-bit", False),  # older configs: no quant_method
+        ({}, "unknown method", False),
+    ],
+)  # fmt: skip
+def test_quantization_config_in_words(
+    quantization: dict[str, object], words: str, double: bool
+) -> None:
+    cfg = {**ARCHITECTURES["llama-3.2-1b"], "quantization_config": quantization}
+    spec = from_hf_config(cfg, "q")
+    assert (spec.quantization, spec.quant_double) == (words, double)
+    assert spec.params == PUBLISHED["llama-3.2-1b"]  # the shapes do not change
+    assert from_hf_config(ARCHITECTURES["llama-3.2-1b"], "plain").quantization == ""
+    with pytest.raises(EstimateError, match="quantization_config 'gptq' must be an object"):
+        from_hf_config({**cfg, "quantization_config": "gptq"}, "q")

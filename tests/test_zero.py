@@ -170,7 +170,7 @@ def test_nvme_blocks() -> None:
 @pytest.mark.parametrize(
     ("cfg", "precision", "message", "hint"),
     [
-        (ZeroOptions(stage=4), "auto", "--zero 4: out of range: from 0 to 3", "e.g. --zero 3"),  # type: ignore[arg-type]
+        (ZeroOptions(stage=4), "auto", "--zero 4: choose one of none, 0, 1, 2, 3", "e.g. --zero 3"),  # type: ignore[arg-type]
         (
             ZeroOptions(offload="gpu"),
             "auto",
@@ -231,3 +231,34 @@ def test_preset_template_is_regenerated_equal(name: str) -> None:
 
 def test_every_zero_template_is_a_preset() -> None:
     assert sorted(p.stem for p in TEMPLATES.glob("*.json")) == sorted(PRESETS)
+
+
+def test_no_deepspeed_has_no_json_and_refuses_what_only_deepspeed_does() -> None:
+    with pytest.raises(ConfigError, match="--zero none: a run without DeepSpeed has no DeepSpeed"):
+        build_ds_config(ZeroOptions(stage="none"))
+    from dojo.run.groups.zero import resolve_zero, zero_problems
+
+    none = ZeroOptions(stage="none")
+    assert (none.deepspeed, none.level, ZeroOptions(stage=0).deepspeed) == (False, 0, True)
+    assert zero_problems(none) == []
+    asked = ZeroOptions(stage="none", offload="cpu", offload_param="cpu", optimizer="ds",
+                        scheduler="ds", overflow_check=True)  # fmt: skip
+    assert zero_problems(asked) == [
+        ("--offload cpu needs DeepSpeed (got --zero none): the plain Trainer keeps the optimizer "
+         "states on the GPU", "use --zero 2 --offload cpu, or drop --offload"),
+        ("--optimizer ds needs DeepSpeed (got --zero none)",
+         "drop --optimizer ds: the Trainer builds --optim"),
+        ("--scheduler ds needs DeepSpeed (got --zero none)",
+         "drop --scheduler ds: the Trainer builds --lr-scheduler"),
+        ("--overflow-check is DeepSpeed's bf16 overflow test (got --zero none)",
+         "drop --overflow-check, or use --zero 0-3"),
+        ("--offload-param cpu needs --zero 3 (got --zero none): only ZeRO-3 partitions parameters",
+         "use --zero 3, or --offload cpu for the optimizer only"),
+    ]  # fmt: skip
+    # The buckets, tiles and leaf modules are DeepSpeed's: resolved to "nothing" (none exist).
+    resolved = resolve_zero(
+        ZeroOptions(stage="none", bucket_size=10**8, z3_leaf="auto"),
+        full=True, spec=None, adapter_params=None, world=2, given=set(), said=[],
+    )  # fmt: skip
+    assert (resolved.bucket_size, resolved.overlap, resolved.z3_leaf) == ("auto", False, "off")
+    assert (resolved.offload, resolved.offload_param) == ("none", "none")

@@ -61,6 +61,11 @@ def config_cmd(
     from dojo.run import machine, render, resolve
 
     run = resolve.resolve(options, machine=machine.for_plan(), given=typed, world_known=False)
+    if not run.zero.deepspeed:
+        where = f"; nothing written to {output}" if output is not None else ""
+        _output.info("note: --zero none trains with the HF Trainer alone (no DeepSpeed): it needs "
+                     f"no DeepSpeed config{where}")  # fmt: skip
+        return
     from dojo.cli.options import ARGV
 
     out_flag = "-o" if "-o" in ARGV else "--output"
@@ -80,6 +85,7 @@ def config_cmd(
         _output.warn(f"--nvme-path {run.zero.nvme_path} is unused: nothing is offloaded to nvme")
     precision = options.kernels.precision if "precision" in typed else "auto"
     ds = render.ds_config(run, spec, precision=precision)
+    assert ds is not None  # a DeepSpeed stage (none returned above)
     if explain:
         from dojo.zero import explain as zero_explain
 

@@ -2,8 +2,9 @@
 
 By default it describes dojo train on a CUDA machine with dojo's GPU extras (this machine when it
 has GPUs); ``--liger off --expandable-segments off --no-packing`` describes a plain
-HF Trainer + DeepSpeed script. ``--zero all`` lists every stage, bare and with CPU offload
-(DeepSpeed's estimators' menu).
+HF Trainer + DeepSpeed script, and with ``--zero none`` the same run without DeepSpeed (a plain
+Trainer/PEFT script). ``--zero all`` lists the run without DeepSpeed, then every stage, bare and
+with CPU offload (DeepSpeed's estimators' menu).
 """
 
 from typing import TYPE_CHECKING, Annotated, Any
@@ -13,6 +14,7 @@ import typer
 from dojo.cli.options import with_run_options
 
 if TYPE_CHECKING:
+    from dojo.run.groups.zero import Stage
     from dojo.run.run import Run
     from dojo.run.schema import RunOptions
 
@@ -37,6 +39,7 @@ def estimate_cmd(
     dojo estimate --model 7b --zero 3
     dojo estimate --model llama-3.1-8b --zero all --micro-batch 4 --seq-len 4096 --grad-ckpt
     dojo estimate --model 8b --method qlora --liger off --expandable-segments off  # a plain HF script
+    dojo estimate --model 8b --method qlora --zero none --liger off  # a plain PEFT script, no DeepSpeed
     """
     from dojo import _output
     from dojo.errors import EstimateError
@@ -116,9 +119,13 @@ def plan_runs(
     given: set[str],
     zero_all: bool,
 ) -> list["Run"]:
-    """One resolved run per row: the stage asked, or every stage bare and with CPU offload.
+    """One resolved run per row: the stage asked, or the run without DeepSpeed and then every
+    stage, bare and with CPU offload (an offload asked leaves out the rows that cannot take it).
     Each is the run dojo train would launch."""
+    import dataclasses
+
     from dojo.run import resolve
+    from dojo.run.groups.zero import zero_problems
 
     def one(o: "RunOptions") -> "Run":
         return resolve.resolve(
@@ -127,20 +134,24 @@ def plan_runs(
 
     if not zero_all:
         return [one(options)]
-    combos: list[tuple[int, str, str]] = []
+    combos: list[tuple[Stage, str, str]] = []
     off, off_p = options.zero.offload, options.zero.offload_param
-    for st in (0, 1, 2, 3):
+    stages: tuple[Stage, ...] = ("none", 0, 1, 2, 3)
+    for st in stages:
+        shards = st not in ("none", 0)  # a stage that can offload
+        if st == "none" and zero_problems(dataclasses.replace(options.zero, stage=st)):
+            continue  # a DeepSpeed-only option given (--optimizer ds, ...): no such run
         if "offload" not in given and "offload_param" not in given:
             combos.append((st, "none", "none"))
             combos += [(st, "cpu", "none")] if st in (1, 2) else []
             combos += [(st, "cpu", "none"), (st, "cpu", "cpu")] if st == 3 else []
         elif (
-            st == 0
+            not shards
             and (off != "none" or off_p not in ("auto", "none"))
             or st != 3
             and off_p not in ("auto", "none")
         ):
             continue
         else:
-            combos.append((st, off if st else "none", off_p if st == 3 else "none"))
+            combos.append((st, off if shards else "none", off_p if st == 3 else "none"))
     return [one(options.replace(stage=st, offload=o, offload_param=p)) for st, o, p in combos]

@@ -46,7 +46,7 @@ def host_terms(
     """
     n, g = s.world_size, s.run.gpus_per_node
     part = p_t / n
-    opt_cpu = s.zero.offload == "cpu" or (s.zero.offload == "nvme" and s.zero.stage < 3)
+    opt_cpu = s.zero.offload == "cpu" or (s.zero.offload == "nvme" and s.zero.level < 3)
     opt_nvme = s.zero.offload == "nvme" and s.zero.stage == 3
     params = gradients = optim = buffers = nvme = 0.0
     pinned: list[float] = []
@@ -54,7 +54,7 @@ def host_terms(
         optim = 12 * part  # fp32 master + Adam m, v
         gradients = FP32 * part  # fp32 grad partition
         buffers = BF16 * part  # bf16 copy buffer (ZeRO-1/2) / bf16 grad partition (ZeRO-3)
-        if s.zero.stage < 3:
+        if s.zero.level < 3:
             buffers += BF16 * largest_t  # temp_grad_buffer_for_cpu_offload
             pinned += [FP32 * part, FP32 * part, BF16 * part, BF16 * largest_t]
         else:

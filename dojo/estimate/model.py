@@ -1,4 +1,5 @@
-"""GPU and host memory of a DeepSpeed ZeRO fine-tune, term by term (docs/estimate.md).
+"""GPU and host memory of a DeepSpeed ZeRO fine-tune, or of the HF Trainer without DeepSpeed,
+term by term (docs/estimate.md).
 
 GPU peak = static + max(backward extras, optimizer-step extras) + allocator reserve + context.
 Pure arithmetic on a ModelSpec; no torch, no DeepSpeed.
@@ -22,6 +23,8 @@ FP64 = 8
 # bitsandbytes 0.50 NF4 with double quant, measured: 0.5 B packed + 8-bit absmax per 64 values +
 # fp32 second-level constants per 256 blocks (docs/estimate.md, "LoRA and QLoRA"; QLoRA paper sec 3).
 NF4_DQ_BYTES = 0.5159
+NF4_BYTES = 0.5625  # without double quant: 0.5 B + an fp32 absmax per 64 values
+BNB_4BIT = "bitsandbytes 4-bit"  # ModelSpec.quantization of a checkpoint bitsandbytes quantized
 DS_ALLREDUCE_BYTES_ELEMS = 500_000_000  # engine.py MEMORY_OPT_ALLREDUCE_SIZE (ZeRO-0 flatten)
 # bitsandbytes 0.50 optim/optimizer.py Optimizer2State.init_state: 8-bit m and v are uint8 with
 # one fp32 absmax per 256 values each; tensors under min_8bit_size (4096) keep fp32 states.
@@ -34,6 +37,9 @@ OPTIM_STATE_BYTES = {
     "paged_adamw_32bit": 2.0 * FP32,
 }
 BNB_PAGED_MIN_NUMEL = 100_000  # get_state_buffer: smaller tensors are not paged
+TORCH_ADAMW = ("adamw_torch", "adamw_torch_fused")
+"""torch.optim.AdamW: m and v made by zeros_like(param), so in the parameter's dtype (torch
+optim/adam.py _init_group); bitsandbytes' states have dtypes of their own."""
 
 
 def comm_buffer_bytes(
@@ -119,7 +125,8 @@ def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
     # NF4 + double quant for decoder linears; embeddings, head, norms and biases stay 16-bit,
     # or fp32 where prepare_model_for_kbit_training upcast them and no DeepSpeed cast them back.
     rest = FP32 if s.fp32_rest else BF16
-    w_base = NF4_DQ_BYTES * spec.quantizable_params + rest * (p - spec.quantizable_params)
+    nf4 = NF4_BYTES if spec.quantization == BNB_4BIT and not spec.quant_double else NF4_DQ_BYTES
+    w_base = nf4 * spec.quantizable_params + rest * (p - spec.quantizable_params)
     return p_t, w_base, largest_t
 
 
@@ -143,8 +150,11 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     validate(setup)
     s, cal = setup, setup.calibration
     n = s.world_size
+    notes = quantized_notes(spec, s)
+    if s.kernels.precision == "fp32":
+        notes.append("--precision fp32 is not modelled: every term counts 16-bit weights, "
+                     "gradients and activations (fp32 ones take about twice as much)")  # fmt: skip
     p_t, w_base, largest_t = _trainable(spec, s)
-    notes: list[str] = []
     if s.run.model.method == "qlora" and s.zero.stage == 3:
         notes.append(
             "ZeRO-3 + QLoRA needs bnb_4bit_quant_storage=bfloat16 (the model dtype) "
@@ -160,28 +170,30 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
             f"reference model: a frozen bf16 copy of the weights, {reference / GIB:.2f} GiB per "
             "GPU (in the params column)" + (" sharded like the policy" if z3 else "")
         )
-    if opt_off and s.zero.stage < 3 and s.zero.offload == "nvme":
+    if opt_off and s.zero.level < 3 and s.zero.offload == "nvme":
         notes.append(
             "ZeRO-1/2 have no NVMe swapper: offload_optimizer nvme keeps states in CPU RAM"
         )
     # --- static GPU terms ---
     params = 0.0 if s.zero.offload_param != "none" else (stored / n if z3 else stored)
     grads: float
-    if s.zero.stage in (0, 1):
+    if s.zero.level in (0, 1):
         grads = t_bytes * p_t  # ZeRO-1 keeps full grads until the boundary reduce-scatter
-    elif s.zero.stage == 2:
+    elif s.zero.level == 2:
         grads = BF16 * largest_t if opt_off else BF16 * p_t / n  # offload: one temp per param
     else:
         grads = 0.0 if opt_off else BF16 * p_t / n
-    dp = n if s.zero.stage >= 1 else 1
+    dp = n if s.zero.level >= 1 else 1
     # DeepSpeed's bf16 mode keeps an fp32 master copy for the optimizer; without DeepSpeed the
     # optimizer steps the parameters in their own dtype.
     master = FP32 if s.deepspeed else 0
-    state_b = OPTIM_STATE_BYTES[s.run.loop.optim]
+    state_b = _state_bytes(s, t_bytes)
     optim = 0.0 if opt_off else (master + state_b) * p_t / dp
     paged = 0.0 if opt_off else state_b * p_t / dp * _paged_share(spec, s)
-    if opt_off or not s.deepspeed:
-        step = 0.0  # the optimizer updates in place (torch/bnb foreach temporaries are per tensor)
+    if opt_off:
+        step = 0.0  # DeepSpeed's CPU Adam steps on the host
+    elif not s.deepspeed:
+        step = _plain_step(s, t_bytes, p_t)
     elif s.zero.stage == 0:
         step = FP32 * p_t  # FP16_UnfusedOptimizer: an fp32 copy of every param's grad
     elif s.zero.stage in (1, 2):
@@ -204,8 +216,9 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     # FP16_UnfusedOptimizer and torch's zero_grad set grads to None. So the loss phase stands
     # beside the static terms less those grads and buckets; the layer phase has them all.
     not_yet = 0.0
-    if s.zero.stage < 3 and s.zero.offload == "none":
-        not_yet = grads + comm_current
+    if s.zero.level < 3 and s.zero.offload == "none":
+        # DDP's buckets (no DeepSpeed) are built with the model, before the first backward.
+        not_yet = grads + (comm_current if s.deepspeed else 0)
     activations, logits = split_peak(kept, loss_phase, layer_phase, loss_term, not_yet)
     # The backward's working set in full (the loss blocks are allocated before the grads).
     churn = kept + max(loss_phase, layer_phase) + params_work + grads_work
@@ -224,7 +237,10 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         # beyond allocated for 13.7 and 13.9 GiB of loss term). Padded batches vary in length and
         # reuse them (plain rows: about the bf16 logits block).
         logits_block = loss_term
-    reserve = _allocator_reserve(s, churn, step, p_t, largest_t, logits_block, bf16_logits)
+    # torch's foreach step allocates a temporary per parameter, each no larger than the blocks
+    # the backward freed; only DeepSpeed's flat transients need segments of their own.
+    flat_step = step if s.deepspeed else 0.0
+    reserve = _allocator_reserve(s, churn, flat_step, p_t, largest_t, logits_block, bf16_logits)
     if s.kernels.expandable:
         backward_extra = params_work + grads_work + activations + logits + comm_current
         largest_freed = max(kept, loss_phase)
@@ -266,6 +282,59 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         notes=tuple(notes),
         reference=int(reference),
     )
+
+
+def quantized_notes(spec: ModelSpec, s: Setup) -> list[str]:
+    """A checkpoint quantized before training (config.json quantization_config): refused unless
+    the estimate describes it. It models 16-bit weights, and for --method qlora the NF4 weights
+    bitsandbytes makes at load; a bitsandbytes 4-bit checkpoint trained with --method qlora is
+    that (transformers loads it with its own quantization_config), except at ZeRO-3, whose
+    sharding of 4-bit weights needs the storage dojo sets when it quantizes."""
+    q = spec.quantization
+    if not q:
+        return []
+    method = s.run.model.method
+    if q == BNB_4BIT and method == "qlora":
+        if s.zero.stage == 3:
+            raise EstimateError(
+                f"{spec.name}: a checkpoint already bitsandbytes 4-bit is not estimated "
+                "at --zero 3: ZeRO-3 shards 4-bit weights stored as bf16, which dojo sets up only "
+                "when it quantizes the model itself",
+                hint="use --zero 2 (or 0, none), or the unquantized model with --method qlora",
+            )
+        dq = "with" if spec.quant_double else "without"
+        return [f"{spec.name} is already bitsandbytes 4-bit ({dq} double quant): estimated as "
+                "QLoRA's 4-bit base"]  # fmt: skip
+    hint = (
+        "use --method qlora: a bitsandbytes 4-bit checkpoint trains as QLoRA"
+        if q == BNB_4BIT
+        else "use the unquantized model it was made from (its config.json, or a name "
+        "like 8b); --method qlora quantizes that one with bitsandbytes"
+    )
+    raise EstimateError(
+        f"{spec.name}: config.json has a {q} quantization_config; the estimate models "
+        f"bf16 weights (NF4 for --method qlora), not {q} ones",
+        hint=hint,
+    )
+
+
+def _state_bytes(s: Setup, t_bytes: int) -> float:
+    """Optimizer state bytes per trainable parameter. Under DeepSpeed the optimizer steps the
+    fp32 master copy, so torch's AdamW keeps fp32 m and v; without DeepSpeed it steps the
+    parameters themselves and its states take their dtype: bf16 for a bf16 full fine-tune, fp32
+    for PEFT's fp32 adapters. bitsandbytes' states keep their own dtypes either way."""
+    optim = s.run.loop.optim
+    if not s.deepspeed and optim in TORCH_ADAMW:
+        return 2.0 * t_bytes
+    return OPTIM_STATE_BYTES[optim]
+
+
+def _plain_step(s: Setup, t_bytes: int, p_t: int) -> float:
+    """The optimizer step's transient without DeepSpeed. torch's foreach AdamW (adamw_torch)
+    makes sqrt(v) for every parameter of a dtype at once (optim/adam.py _multi_tensor_adam:
+    ``exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)``), a copy of v; the fused
+    kernel (adamw_torch_fused) and bitsandbytes update in place."""
+    return float(t_bytes * p_t) if s.run.loop.optim == "adamw_torch" else 0.0
 
 
 def _reference_bytes(spec: ModelSpec, s: Setup) -> float:
@@ -364,7 +433,7 @@ def _allocator_reserve(
     if s.zero.offload != "none":
         n = s.world_size
         return s.calibration.offload_reserve * (BF16 * p_t / n + FP32 * largest_t)
-    if s.zero.stage < 3 and not s.kernels.fused_loss:
+    if s.zero.level < 3 and not s.kernels.fused_loss:
         # The bf16 logits block is free at the backward (loss) peak and the wrong size for
         # the step's flat partitions, which keep segments of their own: both stay reserved.
         return max(min(churn, step) + bf16_logits, logits_block)
@@ -429,17 +498,21 @@ def _comm(s: Setup, p_t: int, rbs: int) -> tuple[int, int]:
     kappa = s.calibration.kappa
     n = s.world_size
     if not s.deepspeed:
-        return 0, 0
+        # DDP (more than one rank) keeps every trainable gradient a second time in its flat
+        # buckets (torch/csrc/distributed/c10d/reducer.cpp initialize_buckets; the Trainer leaves
+        # gradient_as_bucket_view off), allocated with the model, in the gradients' dtype.
+        cur = (FP32 if s.fp32_adapters else BF16) * p_t if n > 1 else 0
+        return cur, cur
     if s.zero.stage == 0:
         # engine allreduce flattens up to MEMORY_OPT_ALLREDUCE_SIZE elements at a time, DP only
         cur = BF16 * min(DS_ALLREDUCE_BYTES_ELEMS, p_t) if n > 1 else 0
         return cur, cur
-    allocated = comm_buffer_bytes(s.zero.stage, rbs, rbs, s.overlap, "current")
+    allocated = comm_buffer_bytes(s.zero.level, rbs, rbs, s.overlap, "current")
     flatten = kappa * BF16 * min(rbs, p_t)
     transient = flatten
     if s.zero.stage == 3:  # reduce-scatter copies in flight: up to 2 with overlap_comm, 1 without
         transient = flatten * (2 if s.overlap else 1) if n > 1 else 0.0
     cur = int(allocated + transient)
-    docs_alloc = comm_buffer_bytes(s.zero.stage, rbs, rbs, s.overlap, "docs")
+    docs_alloc = comm_buffer_bytes(s.zero.level, rbs, rbs, s.overlap, "docs")
     docs = docs_alloc if docs_alloc != allocated else cur  # the docs figure is the whole cost
     return cur, docs

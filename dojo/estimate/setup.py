@@ -115,12 +115,9 @@ one sample per GPU, every "auto" of the schema replaced by that script's value."
 class Setup:
     """One training configuration to estimate: a resolved run (``dojo.run.Run``, the groups
     ``dojo train`` reads) and what the estimator alone needs to describe runs dojo does not
-    launch (no DeepSpeed, forced adapter dtypes, the docs' overlap rule)."""
+    launch (forced adapter dtypes, the docs' overlap rule)."""
 
     run: Run = field(default_factory=lambda: Setup.of().run)
-    deepspeed: bool = True
-    """False: no DeepSpeed at all (stage 0 only): plain Trainer/PEFT or torchtune. The optimizer
-    then steps the parameters in their own dtype: no fp32 master copy, no flatten buffers."""
     overlap_rule: OverlapRule = "current"
     adapter_dtype: AdapterDtype = "auto"
     """Dtype of the trainable LoRA weights. auto = what PEFT and DeepSpeed leave: PEFT makes
@@ -157,7 +154,7 @@ class Setup:
         values = {**PLAIN, **options}
         stage = values.get("stage", 2)
         values.setdefault("overlap_comm", stage == 3)
-        if values.get("sub_group_size", "auto") == "auto":
+        if values.get("sub_group_size", "auto") == "auto" and stage != "none":
             values["sub_group_size"] = SUB_GROUP_SIZE  # DeepSpeed's own (zero/config.py)
         if values["offload_param"] == "auto":
             values["offload_param"] = values.get("offload", "none") if stage == 3 else "none"
@@ -191,6 +188,13 @@ class Setup:
     @property
     def world_size(self) -> int:
         return self.run.world_size
+
+    @property
+    def deepspeed(self) -> bool:
+        """False for --zero none: the HF Trainer's own loop (plain Trainer/PEFT, torchtune). The
+        optimizer then steps the parameters in their own dtype: no fp32 master copy, no flatten
+        buffers, and DDP's buckets across ranks."""
+        return self.run.zero.deepspeed
 
     @property
     def attention(self) -> str:
@@ -312,15 +316,10 @@ def _checks(s: Setup) -> list[tuple[bool, str, str]]:
             "use --optim adamw_torch with --offload, or drop --offload",
         ),
         (
-            s.deepspeed or r.zero.stage == 0,
-            f"--zero {r.zero.stage} needs DeepSpeed; without it only stage 0 exists",
-            "use --zero 0 to describe a run without DeepSpeed",
-        ),
-        (
             s.adapter_dtype != "fp32" or not s.deepspeed or r.zero.stage == 3,
             f"--adapter-dtype fp32 under DeepSpeed ZeRO-{r.zero.stage}: its engine casts every "
             "float parameter to bf16",
-            "use --adapter-dtype auto (what DeepSpeed runs), or describe a run without DeepSpeed",
+            "use --adapter-dtype auto (what DeepSpeed runs), or --zero none (no DeepSpeed)",
         ),
     ]  # fmt: skip
 

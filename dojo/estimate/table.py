@@ -55,6 +55,10 @@ def _offload(r: MemoryEstimate) -> str:
     return "none" if s.zero.offload == "none" else f"opt:{s.zero.offload}"
 
 
+def _stage(r: MemoryEstimate) -> str:
+    return str(r.setup.zero.stage) if r.setup.deepspeed else "no DeepSpeed"
+
+
 def _verdict(r: MemoryEstimate) -> str:
     return {None: "?", "fits": "fits", "tight": "tight", "does not fit": "NO"}[r.verdict]
 
@@ -70,7 +74,7 @@ def table_rows(rows: list[MemoryEstimate]) -> tuple[list[str], list[list[str]]]:
     for r in rows:
         cols = r.gpu_columns()
         shown = _GPU_COLS[:_GPU_SHOWN]
-        cells = [str(r.setup.zero.stage), _offload(r)] + [_gib(cols[k]) for _, k in shown]
+        cells = [_stage(r), _offload(r)] + [_gib(cols[k]) for _, k in shown]
         cells += [_other_rule(r)] if show_other else []
         cells += [_gib(cols["overhead"]), _gib(cols["total"]), _gib(r.cpu_total), _verdict(r)]
         body.append(cells)
@@ -93,7 +97,7 @@ def host_rows(rows: list[MemoryEstimate]) -> tuple[list[str], list[list[str]]]:
     body = []
     for r in rows:
         cols = r.cpu_columns()
-        cells = [str(r.setup.zero.stage), _offload(r)]
+        cells = [_stage(r), _offload(r)]
         cells += [_gib(sum(cols[k] for k in keys)) for _, keys in _HOST_COLS]
         body.append(cells + [_gib(cols["total"])])
     return header, body
@@ -115,8 +119,8 @@ def title(rows: list[MemoryEstimate]) -> str:
     liger = "liger" if s.kernels.liger_kernels else "liger loss"
     extras = [x for x, on in ((liger, s.kernels.fused_loss), ("packing", s.run.data.packing)) if on]
     extras += [s.run.loop.optim] if s.run.loop.optim in BNB_OPTIMS else []
-    extras += [] if s.deepspeed else ["no DeepSpeed"]
-    extras += ["fp32 adapters"] if s.fp32_adapters else []
+    extras += [] if any(x.setup.deepspeed for x in rows) else ["no DeepSpeed"]
+    extras += ["fp32 adapters"] if all(x.setup.fp32_adapters for x in rows) else []
     limit = "".join(f", {x}" for x in extras) + limit
     return (
         f"{spec.name}: {spec.params:,} params ({r.trainable_params:,} trainable), {method}, {gpus}, "

@@ -161,6 +161,9 @@ class Option:
         for c in self.choices:
             if str(c) == str(value).strip().lower():
                 return c
+        number = _number(value, integer=True)  # 2.0 or "2e0" for the number 2 of --zero none|0-3
+        if number is not None and number in self.choices:
+            return number
         raise self._bad(value, where, f"choose one of {self.choice_text()}")
 
     def choice_text(self) -> str:

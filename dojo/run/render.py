@@ -5,11 +5,14 @@ from typing import Any
 from dojo.run.run import Run
 
 
-def ds_config(run: Run, spec: Any = None, precision: str = "auto") -> dict[str, Any]:
-    """The DeepSpeed JSON for ``run``. ``precision`` "auto" lets TrainingArguments' --bf16/--fp16
-    fill it (what dojo train does); ``dojo config --precision bf16`` writes it out."""
+def ds_config(run: Run, spec: Any = None, precision: str = "auto") -> dict[str, Any] | None:
+    """The DeepSpeed JSON for ``run``; None for a run without DeepSpeed (--zero none), which
+    needs none. ``precision`` "auto" lets TrainingArguments' --bf16/--fp16 fill it (what dojo
+    train does); ``dojo config --precision bf16`` writes it out."""
     from dojo.zero.build import build_ds_config
 
+    if not run.zero.deepspeed:
+        return None
     return build_ds_config(
         run.zero,
         precision=precision,

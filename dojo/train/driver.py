@@ -1,5 +1,8 @@
 """`dojo train` from flags to exit code: resolve, preflight, write train.json + ds_config.json, launch.
 
+A run without DeepSpeed (--zero none) writes no ds_config.json; DeepSpeed's runner still starts
+the ranks (it is only the process launcher then) and the Trainer runs DDP across them.
+
 Nothing is written before every check passed. ``--dry-run`` launches nothing; it writes the run
 files the printed command references, so the command can be pasted and run.
 """
@@ -18,6 +21,9 @@ from dojo.run.run import Run
 from dojo.run.schema import RunOptions
 from dojo.train import checkpoints, launch, preflight, rank_status, vocab
 from dojo.train.preflight import Plan
+
+DS_FILE = "ds_config.json"
+"""The DeepSpeed JSON beside the run record (none for --zero none)."""
 
 
 def plan(
@@ -41,6 +47,7 @@ def plan(
         options, machine=machine, spec=spec, gpus=devices.ids, gpus_per_node=per_node, given=given
     )
     preflight.check_init(run, kind)
+    preflight.check_quantized(run, spec)
     preflight.check_template(run.model.template, run.model.model, kind)
     added = vocab.check_before_launch(run, run.model.model if kind == "local" else None)
     data = run.data.data or preflight.default_data(run.objective.objective)
@@ -82,11 +89,20 @@ def header(p: Plan) -> str:
     what: str = run.model.method
     if run.objective.preference:
         what = f"{run.objective.objective.upper()} {what}"
-    return f"dojo train: {what}, ZeRO-{run.zero.stage}, {where}, {run.kernels.precision}{est}"
+    zero = f"ZeRO-{run.zero.stage}" if run.zero.deepspeed else "no DeepSpeed"
+    return f"dojo train: {what}, {zero}, {where}, {run.kernels.precision}{est}"
 
 
 def stage_advice(run: Run) -> list[str]:
-    """Say where a stage buys nothing; never change what the user asked for."""
+    """Say where a stage buys nothing, and what a run without DeepSpeed gives up; never change
+    what the user asked for."""
+    if not run.zero.deepspeed and run.model.method == "full" and run.kernels.precision != "fp32":
+        return [
+            f"note: --zero none trains the {run.kernels.precision} weights themselves, with AdamW "
+            f"states in {run.kernels.precision} (a plain Trainer script's run): no fp32 master "
+            "copy, so updates below the weights' precision are lost; ZeRO 0-3 keep fp32 master "
+            "weights"
+        ]
     if (
         run.zero.stage == 3
         and run.world_size == 1
@@ -170,15 +186,17 @@ def occupied_check(
 def _suggestions(run: Run, *, host: bool = False) -> list[str]:
     out = []
     if host:  # offloaded states exceed host RAM: shard over more ranks, shrink or stop offloading
-        if run.zero.stage < 3:
+        if run.zero.level < 3:
             out.append("--zero 3 (pins less host memory)")
         if run.model.method == "full":
             out.append("--method lora")
         out.append("--offload none")
         return out
-    if run.zero.stage < 3:
-        out.append(f"--zero {run.zero.stage + 1}")
-    if run.zero.offload == "none" and run.zero.stage > 0:
+    if not run.zero.deepspeed:  # DeepSpeed shards (several GPUs) or offloads (one)
+        out.append("--zero 3" if run.world_size > 1 else "--zero 2 --offload cpu")
+    elif run.zero.level < 3:
+        out.append(f"--zero {run.zero.level + 1}")
+    if run.zero.offload == "none" and run.zero.level > 0:
         out.append("--offload cpu")
     if not run.kernels.grad_ckpt:
         out.append("--grad-ckpt")
@@ -196,7 +214,7 @@ def record(p: Plan, run_dir: Path, model_path: str, tokenizer_path: str) -> dict
         "run": p.run.to_dict(),
         "paths": {
             "run_dir": str(run_dir),
-            "ds_config": str(run_dir / "ds_config.json"),
+            "ds_config": str(run_dir / DS_FILE) if p.run.zero.deepspeed else None,
             "model": model_path,
             "tokenizer": tokenizer_path,
             "data": list(p.data_paths),
@@ -235,19 +253,26 @@ def main(
         _output.info(line)
     for line in run.assumed:
         _output.info(f"assumed: {line}")
-    for line in explain_optim_sched(ds, run.loop.hf_optim, run.loop.lr_scheduler):
-        _output.info(line)
+    if ds is not None:
+        for line in explain_optim_sched(ds, run.loop.hf_optim, run.loop.lr_scheduler):
+            _output.info(line)
+    else:
+        _output.info(f"optimizer: TrainingArguments optim={run.loop.hf_optim}, scheduler: "
+                     f"lr_scheduler_type={run.loop.lr_scheduler}, built by the Trainer (no "
+                     "DeepSpeed)")  # fmt: skip
     _output.info(header(p))
     model_path, tokenizer_path = _prepare_model(p, run_dir)
     rec = record(p, run_dir, model_path, tokenizer_path)
     _write_run_files(run_dir, rec, ds, force=force or run.output.resume, dry_run=dry_run)
     shown = launch.format_command(cmd, env)
+    files = [run_dir / RUN_FILE] + ([run_dir / DS_FILE] if ds is not None else [])
     if dry_run:
-        _output.info(f"run files: {run_dir / RUN_FILE}, {run_dir / 'ds_config.json'}")
+        _output.info(f"run files: {', '.join(map(str, files))}")
         _output.echo(shown)
         return 0
     _output.info(f"run config: {run_dir / RUN_FILE}")
-    _output.info(f"deepspeed config: {run_dir / 'ds_config.json'}")
+    if ds is not None:
+        _output.info(f"deepspeed config: {run_dir / DS_FILE}")
     if p.resume_from:
         _output.info(f"resuming from {p.resume_from}")
     _output.info("launch: " + shown)
@@ -312,7 +337,7 @@ def _prepare_model(p: Plan, run_dir: Path) -> tuple[str, str]:
 
 
 def _write_run_files(
-    run_dir: Path, rec: dict[str, Any], ds: dict[str, Any], *, force: bool, dry_run: bool
+    run_dir: Path, rec: dict[str, Any], ds: dict[str, Any] | None, *, force: bool, dry_run: bool
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     if force and not rec["run"]["output"]["resume"]:
@@ -325,7 +350,10 @@ def _write_run_files(
     elif not dry_run and mark.exists():
         mark.unlink()
     _io.write_text_atomic(run_dir / RUN_FILE, json.dumps(rec, indent=2) + "\n", force=True)
-    _io.write_text_atomic(run_dir / "ds_config.json", json.dumps(ds, indent=2) + "\n", force=True)
+    if ds is not None:
+        _io.write_text_atomic(run_dir / DS_FILE, json.dumps(ds, indent=2) + "\n", force=True)
+    else:  # an earlier run's JSON would say this one used DeepSpeed
+        (run_dir / DS_FILE).unlink(missing_ok=True)
 
 
 def load_record(path: str | Path) -> tuple[Run, dict[str, Any]]:

@@ -254,6 +254,23 @@ def check_init(run: Run, model_kind: str) -> None:
         )
 
 
+def check_quantized(run: Run, spec: Any) -> None:
+    """A checkpoint quantized before training cannot be trained in full: transformers' Trainer
+    refuses a quantized model without adapters (trainer_utils.validate_quantization_for_training).
+    What adapters on it can be estimated (and so launched) the estimate decides."""
+    q = getattr(spec, "quantization", "")
+    if q and run.model.method == "full":
+        bnb4 = q == "bitsandbytes 4-bit"
+        raise LaunchError(
+            f"--method full on {spec.name}: its weights are {q} (config.json quantization_config), "
+            "and quantized weights cannot be trained in full",
+            hint="use --method qlora (adapters on the 4-bit base)"
+            if bnb4
+            else "train the unquantized model it was made from (--method qlora quantizes it "
+            "with bitsandbytes at load)",
+        )
+
+
 def check_template(template: str | None, model: str | None, model_kind: str) -> None:
     """--template must resolve; without it a local model must ship its own chat template."""
     from dojo.chat.template import load_template

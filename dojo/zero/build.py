@@ -68,6 +68,11 @@ def build_ds_config(
     DeepSpeed asserts every swapped parameter fits."""
     from dojo.run.schema import invalid
 
+    if not cfg.deepspeed:
+        raise ConfigError(
+            "--zero none: a run without DeepSpeed has no DeepSpeed config",
+            hint="use --zero 0, 1, 2 or 3 for a DeepSpeed JSON",
+        )
     found = invalid(cfg) or zero_problems(cfg)
     if precision not in PRECISIONS:
         found.append((f"--precision {precision!r} is not valid", "choose bf16, fp16, fp32 or auto"))
@@ -150,7 +155,7 @@ def _auto_or(value: int | str | None) -> int | str:
 
 
 def _zero_section(cfg: ZeroOptions, h: int | None, largest: int | None) -> dict[str, Any]:
-    if cfg.stage == 0:
+    if cfg.level == 0:
         return {"stage": 0}
     reduce = (
         cfg.bucket_size if cfg.bucket_size != "auto" else (hf_auto_reduce_bucket(h) if h else None)

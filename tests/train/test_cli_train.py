@@ -145,7 +145,7 @@ def test_config_file_and_flag_precedence(cli, model_dir: Path, tmp_path: Path, n
         (["--gpus", "0,5"], "error: --gpus '0,5': GPU 5 does not exist"),
         (["--gpus", "0,0"], "error: --gpus '0,0': GPU 0 is listed twice"),
         (["--model", "./does-not-exist"], "error: --model ./does-not-exist: no such folder"),
-        (["--zero", "5"], "error: --zero '5': out of range: from 0 to 3"),
+        (["--zero", "5"], "error: --zero '5': choose one of none, 0, 1, 2, 3"),
         (["--method", "qlora", "--nproc", "1"], "error: --method qlora needs an NVIDIA GPU"),
         (["--offload-param", "cpu"], "error: --offload-param cpu needs --zero 3"),
         (["--resume"], "error: --resume: no complete checkpoint in --output-dir"),
@@ -365,3 +365,77 @@ def test_verdict_refuses_does_not_fit_and_warns_on_tight() -> None:
         driver.fit_check(run, spec, small, force=False)
     _, notes = driver.fit_check(run, spec, small, force=True)
     assert any("launching anyway (--force)" in n for n in notes)
+
+
+def test_dry_run_without_deepspeed(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
+    out = tmp_path / "run"
+    (out).mkdir()
+    (out / "ds_config.json").write_text("{}")  # an earlier run's: it would tell a wrong story
+    with _gpus(H200):
+        r = cli(
+            "train", "--model", str(model_dir), "--data", "org/chats", "--gpus", "0,1",
+            "-o", str(out), "--zero", "none", "--method", "full", "--dry-run", "--force",
+        )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "dojo train: full, no DeepSpeed, GPUs 0,1, bf16" in r.stderr
+    assert (
+        "note: --zero none trains the bf16 weights themselves, with AdamW states in bf16"
+        in r.stderr
+    )
+    assert "optimizer: TrainingArguments optim=adamw_torch_fused" in r.stderr
+    assert f"run files: {out.resolve() / 'train.json'}\n" in r.stderr
+    assert "--module dojo.train.worker" in r.stdout  # DeepSpeed's runner starts the ranks
+    assert not (out / "ds_config.json").exists()
+    rec = json.loads((out / "train.json").read_text())
+    assert rec["paths"]["ds_config"] is None and rec["run"]["zero"]["stage"] == "none"
+    # Nothing sharded: 8 B a parameter, plus DDP's second copy of the gradients on two GPUs.
+    assert rec["estimate"]["device_gib"] > 0
+
+
+@pytest.mark.parametrize(
+    ("quantization", "method", "message", "hint"),
+    [
+        ({"quant_method": "gptq", "bits": 4}, "full",
+         "error: --method full on model: its weights are gptq 4-bit (config.json "
+         "quantization_config), and quantized weights cannot be trained in full",
+         "hint: train the unquantized model it was made from"),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "full",
+         "error: --method full on model: its weights are bitsandbytes 4-bit",
+         "hint: use --method qlora (adapters on the 4-bit base)"),
+        ({"quant_method": "awq", "bits": 4}, "lora",
+         "error: model: config.json has a awq 4-bit quantization_config; the estimate models bf16 "
+         "weights (NF4 for --method qlora), not awq 4-bit ones",
+         "hint: use the unquantized model it was made from"),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "lora",
+         "error: model: config.json has a bitsandbytes 4-bit quantization_config",
+         "hint: use --method qlora: a bitsandbytes 4-bit checkpoint trains as QLoRA"),
+    ],
+)  # fmt: skip
+def test_quantized_checkpoint_refused(
+    cli, model_dir: Path, tmp_path: Path, no_launch, quantization: dict[str, Any], method: str,
+    message: str, hint: str,
+) -> None:  # fmt: skip
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(
+        json.dumps({**config, "quantization_config": quantization})
+    )
+    out = tmp_path / "out"
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "-o", str(out),
+                "--method", method)  # fmt: skip
+    assert r.exit_code == 1, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith(message) and lines[1].startswith(hint), r.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("model_type", ["bert", "t5", "whisper"])
+def test_encoders_refused(cli, model_dir: Path, tmp_path: Path, no_launch, model_type: str) -> None:
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "model_type": model_type}))
+    with _gpus(H200):
+        r = cli(
+            "train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o")
+        )
+    assert r.exit_code == 1
+    assert "dojo estimates and trains decoder-only causal language models" in r.stderr

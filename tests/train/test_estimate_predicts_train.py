@@ -46,6 +46,8 @@ GRID: list[list[str]] = [
     ["--objective", "dpo", "--zero", "3"],
     ["--objective", "kto", "--method", "lora", "--precompute-ref-log-probs"],
     ["--objective", "orpo", "--method", "lora", "--micro-batch", "2"],
+    ["--zero", "none"],
+    ["--zero", "none", "--method", "lora", "--optim", "adamw_torch", "--grad-ckpt"],
 ]
 
 

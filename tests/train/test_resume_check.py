@@ -116,6 +116,7 @@ def test_marker_without_manifest_still_resumes(tmp_path: Path) -> None:
     ("change", "phrase"),
     [
         ({"zero_stage": 3}, "trained with --zero 2, this run asks --zero 3"),
+        ({"zero_stage": "none"}, "trained with --zero 2, this run asks --zero none"),
         ({"method": "full"}, "trained with --method lora, this run asks --method full"),
         ({"world_size": 4}, "trained with 2 processes, this run asks 4 processes"),
         ({"lora_r": 8}, "trained with --lora-r 16, this run asks --lora-r 8"),

@@ -1,6 +1,7 @@
 """The worker's ZeRO-3 leaf check (dojo.train.worker.args.fit_z3_leaf): the class the resolver
 named from config.json's model_type must be in the loaded model, else transformers' own
-_no_split_modules replaces it in the live DeepSpeed config, else the leaf entry goes."""
+_no_split_modules replaces it in the live DeepSpeed config, else the leaf entry goes. And the
+TrainingArguments of a run without DeepSpeed (training_kwargs)."""
 
 from types import SimpleNamespace
 from typing import Any
@@ -70,3 +71,19 @@ def test_count_reads_deepspeeds_flag() -> None:
     for layer in model.layers:
         layer._z3_leaf = True  # what deepspeed.utils.set_z3_leaf_module sets
     assert z3_leaf_count(model) == {"OddBlock": 2}
+
+
+def test_no_deepspeed_trains_with_the_trainers_own_loop(tmp_path: Any) -> None:
+    from transformers import TrainingArguments
+
+    from dojo.run import resolve
+    from dojo.run.machine import Machine
+    from dojo.run.schema import RunOptions
+    from dojo.train.worker.args import training_kwargs
+
+    opts = RunOptions(zero=ZeroOptions(stage="none"))
+    run = resolve.resolve(opts, machine=Machine(cuda=False, gpu_ids=()), gpus_per_node=2)
+    kw = training_kwargs(SimpleNamespace(run=run, run_dir=str(tmp_path), ds_config=None))
+    assert kw["deepspeed"] is None and kw["ddp_find_unused_parameters"] is False
+    args = TrainingArguments(**{**kw, "use_cpu": True})
+    assert args.deepspeed is None and not hasattr(args, "hf_deepspeed_config")

@@ -2,6 +2,8 @@
 
 ``resolve_zero`` decides every "auto" for a known model and world size; with neither known
 (``dojo config`` alone) the buckets stay "auto" and the HF Trainer fills them from the model.
+Stage ``none`` is a run without DeepSpeed: the HF Trainer's own loop (DDP across ranks), no ZeRO
+optimizer, no buckets, no offload.
 """
 
 import dataclasses
@@ -12,6 +14,9 @@ from typing import Any, Literal
 from dojo.run.field import ALL, Auto, opt
 
 Device = Literal["none", "cpu", "nvme"]
+Stage = Literal["none", 0, 1, 2, 3]
+NO_DEEPSPEED = "none"
+"""The stage of a run without DeepSpeed (``--zero none``)."""
 MAX_BUCKET = 10**12
 """Elements. A 1e12-element bucket is 2 TB of bf16: anything above is a typo, not a bucket."""
 DS_BUCKET = 500_000_000
@@ -31,13 +36,14 @@ _CLASS = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 @dataclass(frozen=True)
 class ZeroOptions:
-    stage: Literal[0, 1, 2, 3] = opt(
+    stage: Stage = opt(
         2,
-        "ZeRO stage 0-3",
+        "ZeRO stage 0-3, or none: the HF Trainer without DeepSpeed (DDP across GPUs; no fp32 "
+        "master copy, the optimizer steps the weights in their own dtype)",
         "shards gradients and optimizer states at no extra communication",
         flags=("--zero", "--stage", "--zero-stage"),
         example="3",
-        metavar="0|1|2|3",
+        metavar="none|0|1|2|3",
         commands=ALL,
     )
     offload: Device = opt(
@@ -130,6 +136,17 @@ class ZeroOptions:
     )
 
     @property
+    def deepspeed(self) -> bool:
+        """The run goes through DeepSpeed's engine (every stage but none)."""
+        return self.stage != NO_DEEPSPEED
+
+    @property
+    def level(self) -> int:
+        """The stage as a number for the rules that compare stages: a run without DeepSpeed
+        partitions nothing, as at stage 0."""
+        return 0 if self.stage == NO_DEEPSPEED else int(self.stage)
+
+    @property
     def param_device(self) -> str:
         """Where parameters go: at ZeRO-3 they follow --offload unless --offload-param says
         otherwise; below ZeRO-3 nothing partitions them."""
@@ -154,7 +171,9 @@ def zero_problems(z: ZeroOptions, *, need_path: bool = True) -> list[tuple[str, 
     """(message, hint) for every rule the ZeRO flags break together; ``need_path``: nvme offload
     needs --nvme-path (not for an estimate of the run)."""
     out: list[tuple[str, str]] = []
-    if z.offload != "none" and z.stage == 0:
+    if not z.deepspeed:
+        out += _no_deepspeed_problems(z)
+    elif z.offload != "none" and z.stage == 0:
         out.append((f"--offload {z.offload} needs ZeRO stage 1, 2 or 3 (got --zero 0)",
                     f"use --zero 2 --offload {z.offload}, or drop --offload"))  # fmt: skip
     if z.offload_param not in ("auto", "none") and z.stage != 3:
@@ -170,6 +189,26 @@ def zero_problems(z: ZeroOptions, *, need_path: bool = True) -> list[tuple[str, 
     ):
         out.append((f"--z3-leaf {z.z3_leaf!r}: not a class name",
                     "use auto, off, or the decoder layer's class, e.g. LlamaDecoderLayer"))  # fmt: skip
+    return out
+
+
+def _no_deepspeed_problems(z: ZeroOptions) -> list[tuple[str, str]]:
+    """What only DeepSpeed does, asked of a run without it (the buckets, tiles and leaf modules
+    are DeepSpeed's too, but they change no result: they stay unused, as another stage's do)."""
+    out = []
+    if z.offload != "none":
+        out.append((f"--offload {z.offload} needs DeepSpeed (got --zero none): the plain "
+                     "Trainer keeps the optimizer states on the GPU",
+                     f"use --zero 2 --offload {z.offload}, or drop --offload"))  # fmt: skip
+    if z.optimizer == "ds":
+        out.append(("--optimizer ds needs DeepSpeed (got --zero none)",
+                     "drop --optimizer ds: the Trainer builds --optim"))  # fmt: skip
+    if z.scheduler == "ds":
+        out.append(("--scheduler ds needs DeepSpeed (got --zero none)",
+                     "drop --scheduler ds: the Trainer builds --lr-scheduler"))  # fmt: skip
+    if z.overflow_check:
+        out.append(("--overflow-check is DeepSpeed's bf16 overflow test (got --zero none)",
+                     "drop --overflow-check, or use --zero 0-3"))  # fmt: skip
     return out
 
 
@@ -201,6 +240,11 @@ def resolve_zero(
 ) -> ZeroOptions:
     """Every "auto" of the group decided. ``full``: full fine-tuning; ``adapter_params``: the
     LoRA/QLoRA trainable params when known; ``world``: ranks, None when nobody said."""
+    if not z.deepspeed:
+        return dataclasses.replace(
+            z, offload="none", offload_param="none", bucket_size="auto", overlap_comm=False,
+            prefetch_bucket_size="auto", sub_group_size="auto", z3_leaf="off",
+        )  # fmt: skip
     params = getattr(spec, "params", None)
     hidden = getattr(spec, "hidden_size", None)
     # DeepSpeed allocates whole buckets however small the model: cap them at its size.

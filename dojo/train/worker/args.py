@@ -89,7 +89,12 @@ def training_kwargs(job: Any) -> dict[str, Any]:
         data_seed=run.loop.seed,
         report_to=run.output.report_to,
         disable_tqdm=True,  # dojo's own progress (rich bar / plain lines) on rank 0
-        deepspeed=job.ds_config,
+        deepspeed=job.ds_config,  # None for --zero none: the Trainer's own loop, DDP across ranks
+        # Every trainable parameter takes part in every forward (dojo's runs: the whole model
+        # or its adapters), so DDP need not search the graph for unused ones; the Trainer's
+        # default for a PEFT model (search) also breaks reentrant checkpointing, whose
+        # recompute marks the checkpointed parameters ready a second time. DeepSpeed ignores it.
+        ddp_find_unused_parameters=False,
         # Counted on the host by DojoTrainer (dojo.train.worker.trainer): HF's own count reads
         # the device every step.
         include_num_input_tokens_seen="no",

@@ -2,7 +2,8 @@
 
 THE module that imports torch / transformers / peft / deepspeed / bitsandbytes. It reads the
 resolved run config the parent wrote (``run_dir/train.json``), trains with the HF Trainer and
-``TrainingArguments(deepspeed=run_dir/ds_config.json)``, saves, and writes ``dojo_summary.json``.
+``TrainingArguments(deepspeed=run_dir/ds_config.json)`` (without, for --zero none: the Trainer's
+own loop, DDP across ranks), saves, and writes ``dojo_summary.json``.
 
     python -m deepspeed.launcher.runner --include localhost:0 --master_port 29500 \
         --module dojo.train.worker --config runs/dojo/train.json
@@ -54,7 +55,8 @@ class Job:
 
     run: Run
     run_dir: str
-    ds_config: str
+    ds_config: str | None
+    """The DeepSpeed JSON; None for a run without DeepSpeed."""
     model_path: str
     tokenizer_path: str
     resume_from: str | None
@@ -104,7 +106,8 @@ def materialize_random_weights(job: Job) -> str:
 
 
 def allow_deepspeed_on_cpu() -> None:
-    """Let accelerate run DeepSpeed on DeepSpeed's CPU accelerator (gloo).
+    """Let accelerate run DeepSpeed on DeepSpeed's CPU accelerator (gloo), or DDP over gloo for a
+    run without DeepSpeed.
 
     accelerate 1.15 ``PartialState._prepare_backend`` picks a backend only for a device it knows
     (cuda, xpu, npu, ...) unless ``cpu=True``, and ``cpu=True`` turns DeepSpeed off; with neither,
