@@ -543,10 +543,11 @@ VARIANTS: tuple[str, ...] = (
     "--liger loss",
     "--attn sdpa",
     "--zero 0",  # one GPU: no DeepSpeed sharding to pay for
+    "--zero none",  # one GPU: the plain Trainer, no DeepSpeed engine at all
 )
 """dojo's variants, each tried against dojo's defaults on every row of the peer set: a variant
-that resolves to the same run as the defaults (e.g. --compile on where compile's auto is on
-already) is skipped by bench/speed.py, since it is the same run."""
+that resolves to the same run as the defaults (--compile off, dojo's default) is skipped by
+bench/speed.py, since it is the same run."""
 
 _PEER = ("plain", "trl", "dojo")
 _PEER_FULL = ("plain", "trl", "trl-ds", "dojo")  # full fine-tuning: TRL users reach for DeepSpeed

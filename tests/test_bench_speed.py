@@ -61,7 +61,7 @@ def test_variants_resolving_to_the_defaults_are_left_out(bench: None, tmp_path: 
     keep, skipped = speed.systems_of(cases["1b-lora"], workload.write_config("l1b", tmp_path))
     assert set(skipped) == {"dojo --compile off"}
     assert keep == ["plain", "dojo", "dojo --compile on", "dojo --liger off", "dojo --liger loss",
-                    "dojo --attn sdpa", "dojo --zero 0"]  # fmt: skip
+                    "dojo --attn sdpa", "dojo --zero 0", "dojo --zero none"]  # fmt: skip
     keep, skipped = speed.systems_of(cases["1b-full"], workload.write_config("l1b", tmp_path))
     assert set(skipped) == {"dojo --compile off"}
 
