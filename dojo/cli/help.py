@@ -8,7 +8,7 @@ same text as click, grouped by the run schema's sections, with nothing imported.
 import inspect
 import shutil
 import textwrap
-from typing import Any, get_args
+from typing import get_args
 
 from dojo.run.schema import GROUPS, OPTIONS
 
@@ -25,7 +25,7 @@ def render(command: str, doc: str | None, own: list[inspect.Parameter], names: l
     for group, (panel, _) in GROUPS.items():
         mine = [OPTIONS[n] for n in names if OPTIONS[n].group == group]
         if mine:
-            sections.append((panel, [(_flags(o.flags, o.metavar or _metavar(o)), o.help_text())
+            sections.append((panel, [(_flags(o.flags, o.shown_metavar), o.help_text())
                                      for o in mine]))  # fmt: skip
     left = min(34, max(len(f) for _, rows in sections for f, _ in rows) + 2)
     for title, rows in sections:
@@ -66,16 +66,6 @@ def _row(flags: str, text: str, left: int, width: int) -> list[str]:
 def _flags(flags: tuple[str, ...], metavar: str) -> str:
     shown = ", ".join(flags)
     return f"{shown} {metavar}" if metavar else shown
-
-
-def _metavar(o: Any) -> str:
-    if o.kind == "bool":
-        return ""
-    if o.kind == "choice":
-        return "|".join(map(str, o.choices)) if len(o.choices) <= 4 else "CHOICE"
-    return {"int": "INT", "float": "NUMBER", "size": "INT|auto", "floats": "NUMBERS"}.get(
-        o.kind, "TEXT"
-    )
 
 
 def _own_row(p: inspect.Parameter) -> tuple[str, str]:

@@ -42,25 +42,11 @@ def spelled(name: str) -> str:
 
 def _param(name: str) -> inspect.Parameter:
     opt = OPTIONS[name]
-    if opt.kind == "bool":
-        kind: Any = bool | None
-        metavar = None
-    elif opt.kind == "list":
-        kind = list[str] | None
-        metavar = "TEXT"
-    else:
-        kind = str | None
-        metavar = {"int": "INT", "float": "NUMBER", "size": "INT|auto", "floats": "NUMBERS"}.get(
-            opt.kind
-        )
-        if opt.kind == "choice":
-            metavar = "|".join(map(str, opt.choices)) if len(opt.choices) <= 4 else "CHOICE"
-        elif opt.kind == "str":
-            metavar = "TEXT"
+    kind: Any = {"bool": bool | None, "list": list[str] | None}.get(opt.kind, str | None)
     info = typer.Option(
         *opt.flags,
         help=opt.help_text(),
-        metavar=opt.metavar or metavar,
+        metavar=opt.shown_metavar or None,
         show_default=False,
     )
     return inspect.Parameter(

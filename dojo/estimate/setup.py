@@ -145,9 +145,7 @@ class Setup:
         default (on at ZeRO-3, off below); ``gpus_per_node`` is the GPU count."""
         from dojo.run.schema import OPTIONS, RunOptions
 
-        own = {f.name for f in dataclasses.fields(cls)} - {"run"}
-        extra = {k: options.pop(k) for k in list(options) if k in own}
-        placement = {k: options.pop(k) for k in ("gpus_per_node",) if k in options}
+        extra, placement, options = _split(options)
         unknown = [k for k in options if k not in OPTIONS]
         if unknown:
             raise TypeError(f"Setup.of: no option {', '.join(unknown)}")
@@ -165,9 +163,7 @@ class Setup:
 
     def changed(self, **changes: Any) -> "Setup":
         """A copy with options (by name, into their groups) and Setup's own fields changed."""
-        own = {f.name for f in dataclasses.fields(self)} - {"run"}
-        mine = {k: changes.pop(k) for k in list(changes) if k in own}
-        placement = {k: changes.pop(k) for k in ("gpus_per_node",) if k in changes}
+        mine, placement, changes = _split(changes)
         run = dataclasses.replace(self.run.replace(**changes), **placement)
         assert isinstance(run, Run)
         return dataclasses.replace(self, run=run, **mine)
@@ -279,6 +275,16 @@ class Setup:
         current ones, bounded by stage3_max_live_parameters."""
         size = self.run.zero.prefetch_bucket_size
         return hf_auto_prefetch(spec.hidden_size) if size == "auto" else size
+
+
+def _split(kw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Keyword arguments by where they go: Setup's own fields, the run's placement
+    (gpus_per_node), and the run's options."""
+    own = {f.name for f in dataclasses.fields(Setup)} - {"run"}
+    mine = {k: v for k, v in kw.items() if k in own}
+    placement = {k: v for k, v in kw.items() if k == "gpus_per_node"}
+    rest = {k: v for k, v in kw.items() if k not in own and k != "gpus_per_node"}
+    return mine, placement, rest
 
 
 ESTIMATED_AS = {

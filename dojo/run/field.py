@@ -99,6 +99,17 @@ class Option:
         spelled = (f.split("/")[0] for f in self.flags if f.startswith("--"))
         return (self.name, *(f[2:].replace("-", "_") for f in spelled))
 
+    @property
+    def shown_metavar(self) -> str:
+        """What --help shows for the value: the option's own metavar, else its kind's word
+        (choices spelled out when there are few); "" for a flag without a value."""
+        if self.metavar or self.kind == "bool":
+            return self.metavar
+        if self.kind == "choice":
+            return "|".join(map(str, self.choices)) if len(self.choices) <= 4 else "CHOICE"
+        words = {"int": "INT", "float": "NUMBER", "size": "INT|auto", "floats": "NUMBERS"}
+        return words.get(self.kind, "TEXT")
+
     def shown_default(self) -> str | None:
         d = self.default
         if d is None or d == ():

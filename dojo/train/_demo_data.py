@@ -128,17 +128,22 @@ def bundled_path() -> Path:
     return templates_dir() / "data" / "demo_chat.jsonl"
 
 
-def main(argv: list[str] | None = None) -> int:
+def write_or_check(text: str, path: Path, what: str, argv: list[str] | None) -> int:
+    """A bundled generator's command line: rewrite ``path`` with ``text``, or with --check only
+    say whether it differs (exit 1)."""
     args = sys.argv[1:] if argv is None else argv
-    text, path = render_jsonl(make()), bundled_path()
     if "--check" in args:
         same = path.is_file() and path.read_text(encoding="utf-8") == text
         print(f"{path}: {'up to date' if same else 'differs from the generator'}", file=sys.stderr)
         return 0 if same else 1
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")  # the repo's own bundled file: always regenerated
-    print(f"wrote {len(text.splitlines())} conversations to {path}", file=sys.stderr)
+    print(f"wrote {len(text.splitlines())} {what} to {path}", file=sys.stderr)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write_or_check(render_jsonl(make()), bundled_path(), "conversations", argv)
 
 
 if __name__ == "__main__":

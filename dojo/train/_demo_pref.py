@@ -10,11 +10,10 @@ checks the committed file equals this script's output.
 """
 
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
-from dojo.train._demo_data import TASKS, render_jsonl
+from dojo.train._demo_data import TASKS, render_jsonl, write_or_check
 
 SEED = 4321
 N_PAIRS = 256
@@ -47,15 +46,7 @@ def bundled_path() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    text, path = render_jsonl(make()), bundled_path()
-    if "--check" in args:
-        same = path.is_file() and path.read_text(encoding="utf-8") == text
-        print(f"{path}: {'up to date' if same else 'differs from the generator'}", file=sys.stderr)
-        return 0 if same else 1
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {len(text.splitlines())} preference pairs to {path}", file=sys.stderr)
-    return 0
+    return write_or_check(render_jsonl(make()), bundled_path(), "preference pairs", argv)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dojo.run.field import ALL, PLAN, opt
+from dojo.run.groups.output import OutputOptions
 
 BNB_OPTIMS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 """bitsandbytes' optimizers: CUDA only, their own state sizes (the estimator models each)."""
@@ -153,8 +154,6 @@ def keeps_best(loop: LoopOptions) -> bool:
 
 def eval_every(loop: LoopOptions, save_steps: int) -> int:
     """Given, else at each checkpoint; without checkpoints, at the default save interval."""
-    from dojo.run.groups.output import OutputOptions
-
     if loop.eval_steps is not None:
         return loop.eval_steps
     return save_steps or OutputOptions.save_steps
