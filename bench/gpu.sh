@@ -15,6 +15,7 @@
 # use, default all; with more than one, a round's systems run at once on several GPUs: --spread),
 # for memory MEM_ARGS (more bench/memory.py options, e.g. "--parallel 4"),
 # DOJO_BENCH_MEMSNAP=DIR (the allocator's history of each dojo row, bench/memsnap.py).
+# BENCH_STEPDETAIL=1 (speed: a per-step record in each run, bench/steps.py).
 set -uo pipefail
 source bench/gpu_setup.sh || exit 1
 [ -n "${DOJO_BENCH_MEMSNAP:-}" ] && export PYTHONPATH="$PWD/bench/hook:$PYTHONPATH"

@@ -398,6 +398,7 @@ def measure(run: Run, case: Case, model: Path, data: Path, gpu: int, work: Path,
         "peak_reserved_gib": steplog.get("peak_reserved_gib"),
         "smi_peak_gib": smi.peak_gib(gpu),
         "losses": steplog.get("losses", {}),
+        **({"detail": steplog["detail"]} if "detail" in steplog else {}),
         "command": " ".join(shlex.quote(x) for x in argv),
         "tail": "" if p.returncode == 0 else (p.stdout + p.stderr)[-2000:],
     }

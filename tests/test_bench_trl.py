@@ -139,3 +139,16 @@ def test_trl_template_tokenizes_as_the_bundled_chatml(tiny: dict[str, Path]) -> 
         mask = theirs["assistant_masks"]
         trained = [t for t, k in zip(theirs["input_ids"], mask, strict=True) if k]
         assert plain.decode(trained) == msgs[1]["content"] + "<|im_end|>"
+
+
+def test_step_detail_has_one_entry_a_step(tiny: dict[str, Path]) -> None:
+    """BENCH_STEPDETAIL=1 adds one record per step (the host clock, the garbage collector's
+    pauses) without changing the marks the rates come from."""
+    root = tiny["root"]
+    log = root / "detail.json"
+    _run([sys.executable, str(BENCH / "trl_sft.py"), *_common(tiny, "fixed", "trl-detail"),
+          "--liger", "off"], log, {"BENCH_STEPDETAIL": "1"})  # fmt: skip
+    detail = json.loads(log.read_text())["detail"]
+    assert [d["step"] for d in detail] == list(range(1, STEPS + 1))
+    assert all(d["gc_ms"] >= 0 for d in detail)
+    assert all(a["t"] < b["t"] for a, b in zip(detail, detail[1:], strict=False))
