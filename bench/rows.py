@@ -598,7 +598,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "side); LoRA at 8k-32k tokens with checkpointing, 262k vocabulary among them; runs "
         "without DeepSpeed (full pure bf16, LoRA, QLoRA with k-bit prep, the plain script). "
         "Small dense shapes first, so rows run while the MoE weights are made.",
-        committed="(this set's commit, written after it)",
+        committed="68f43c8",
         was="bench/rows.py",
         rows=(
             # the first row runs alone (bench/memory.py checks the per-process query on it);
