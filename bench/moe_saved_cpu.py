@@ -55,7 +55,9 @@ def lora(model: Any) -> tuple[Any, list[str]]:
 def saved(model: Any, seq: int = SEQ) -> int:
     """Bytes saved for backward, the model's own parameters left out (a saved weight that is a
     parameter costs nothing extra)."""
-    params = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}
+    params = {
+        p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()
+    }
     ids = torch.randint(0, 1000, (ROWS, seq))
     seen: dict[int, int] = {}
 
@@ -79,8 +81,10 @@ def per_layer(moe: Any, dense: Any) -> tuple[float, float]:
 
 
 def main() -> None:
-    print("| model | method | per token per layer, B | / hidden | fixed per layer, B "
-          "| / expert params (E x 3 x h x i) |")
+    print(
+        "| model | method | per token per layer, B | / hidden | fixed per layer, B "
+        "| / expert params (E x 3 x h x i) |"
+    )
     print("|---|---|---|---|---|---|")
     for kind, (dense_kind, extra) in MOE.items():
         dense_extra = {"intermediate_size": extra["intermediate_size"] if kind != "mixtral"
@@ -95,8 +99,10 @@ def main() -> None:
                 print(f"<!-- {kind} all-linear adapts: {', '.join(sorted(names))} -->")
             per, fixed = per_layer(moe, dense)
             experts = E * 3 * H * EI
-            print(f"| {kind} | {method} | {per:,.0f} | {per / H:.2f} | {fixed:,.0f} "
-                  f"| {fixed / experts:.2f} |")
+            print(
+                f"| {kind} | {method} | {per:,.0f} | {per / H:.2f} | {fixed:,.0f} "
+                f"| {fixed / experts:.2f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ bytes."""
 
 import math
 
+from dojo.estimate.moe import merged_expert_bytes, moe_saved_per_token
 from dojo.estimate.setup import Setup
 from dojo.modelspec import SOFTCAP_MODEL_TYPES, ModelSpec
 
@@ -83,6 +84,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     # Gemma-2/3: four norms a layer; the two beyond Llama's keep what any norm keeps.
     per_token += max(0, spec.norms_per_layer - 2) * norm * h
     per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
+    per_token += moe_saved_per_token(spec, setup)  # dispatch, combine, router (0 when dense)
     # Packed rows (position_ids restart, masking_utils find_packed_sequence_indices) always get a
     # full-size 4-D mask. Padded batches get one too, but their rows are only as long as the
     # longest sample (the estimate's seq_len is an upper bound there and those rows already
@@ -113,6 +115,10 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.kernels.grad_ckpt else a_layer + bias
     factor = cal.recompute_factor if s.run.model.method == "full" else cal.recompute_factor_frozen
     layer_extra = (factor * a_layer if s.kernels.grad_ckpt else a_layer) + bias
+    # Adapters on fused experts: each MoE layer's forward makes the merged expert weights and
+    # keeps them; the backward adds their grad, and a recomputed layer makes them again.
+    merged = merged_expert_bytes(spec, setup)
+    layer_extra += merged * (2 if s.kernels.grad_ckpt else 1)
     logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
     if spec.model_type == "gemma2":
         # Gemma2ForCausalLM final_logit_softcapping (30.0): logits / cap -> tanh -> * cap in
@@ -129,6 +135,8 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         logits += (per_logit - cal.loss_bytes_per_logit) * tokens * spec.vocab_size
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
     kept = spec.num_layers * keep + _mask_bytes(setup)
+    if not s.kernels.grad_ckpt:
+        kept += spec.moe_layers * merged
     full_kernels = kernels and s.run.model.method == "full"
     if s.zero.stage == 3 and s.deepspeed and not s.kernels.grad_ckpt and full_kernels:
         kept += int(cal.zero3_kept_per_token_h * tokens * h) * spec.num_layers

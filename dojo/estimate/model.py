@@ -120,6 +120,8 @@ def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
     if p_t == 0:
         raise EstimateError("--lora-targets matches no linear layer", hint="use q_proj,v_proj,...")
     largest_t = s.lora.lora_r * max(max(a, b) for _, a, b, _ in spec.linears())
+    if s.lora.target_names is None and spec.lora_adapts_experts:
+        largest_t = max(largest_t, spec.expert_lora_largest(s.lora.lora_r))
     if s.run.model.method == "lora":
         return p_t, float(BF16 * p), largest_t
     # NF4 + double quant for decoder linears; embeddings, head, norms and biases stay 16-bit,
