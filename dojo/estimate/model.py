@@ -430,10 +430,14 @@ def _allocator_reserve(
     (Calibration), and at ZeRO-1/2 what ``_step_pages_hole`` names (the caller adds it: it needs
     the phases' sizes).
     """
+    n = s.world_size
     if s.kernels.expandable:
-        return s.calibration.expandable_logits_reserve * 2 * bf16_logits
+        reserve = s.calibration.expandable_logits_reserve * 2 * bf16_logits
+        if s.zero.offload != "none":  # gradients held for their in-flight host copies
+            cal = s.calibration.offload_reserve_expandable
+            reserve += cal * (BF16 * p_t / n + FP32 * largest_t)
+        return reserve
     if s.zero.offload != "none":
-        n = s.world_size
         return s.calibration.offload_reserve * (BF16 * p_t / n + FP32 * largest_t)
     if s.zero.level < 3 and not s.kernels.fused_loss:
         # The bf16 logits block is free at the backward (loss) peak and the wrong size for
