@@ -134,7 +134,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         per_logit = cal.orpo_bytes_per_logit if objective == "orpo" else cal.cpo_bytes_per_logit
         logits += (per_logit - cal.loss_bytes_per_logit) * tokens * spec.vocab_size
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
-    kept = spec.num_layers * keep + _mask_bytes(setup)
+    kept = spec.num_layers * keep + _mask_count(spec) * _mask_bytes(setup)
     if not s.kernels.grad_ckpt:
         kept += spec.moe_layers * merged
     full_kernels = kernels and s.run.model.method == "full"
@@ -160,6 +160,18 @@ def _norm_bytes(spec: ModelSpec, s: Setup) -> int:
     if s.run.model.method != "full":
         return FP32
     return FP32 + (FP32 if _gemma_norms(spec) else BF16)
+
+
+SLIDING_MASK_MODEL_TYPES = ("gemma2", "gemma3", "gemma3_text")
+"""Models whose forward builds a sliding-window mask beside the causal one every time
+(modeling_gemma2/3 ``causal_mask_mapping``: both are made whatever the sequence length; Qwen2/3
+and Mistral add one only when a layer slides, which dojo's shapes do not)."""
+
+
+def _mask_count(spec: ModelSpec) -> int:
+    """How many 4-D masks a forward builds and the layers keep: the causal one, and for the
+    models above the sliding-window one too (same size: a dense b x s x s)."""
+    return 2 if spec.model_type in SLIDING_MASK_MODEL_TYPES else 1
 
 
 def _mask_bytes(s: Setup) -> int:
