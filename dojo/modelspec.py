@@ -27,11 +27,15 @@ SOFTCAP_MODEL_TYPES = ("gemma2",)
 for them (transformers' default; SDPA and FlashAttention by offsets cannot), and eager's tanh
 output in the estimate."""
 
-LORA_FUSED_EXPERT_TYPES = ("mixtral", "qwen3_moe", "deepseek_v3")
+LORA_FUSED_EXPERT_TYPES = ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 """MoE model types whose fused experts and router PEFT 0.21's "all-linear" adapts under
 transformers 5 (each 3-D expert parameter and the router weight through a ParamWrapper); it
-leaves Qwen2-MoE's alone. Measured on the CPU: bench/moe_saved_cpu.py. DeepSeek-V2 was not
-checked and is taken as not adapted."""
+leaves Qwen2-MoE's alone. For these, the MLP names (gate_proj, up_proj, down_proj) go to the
+fused experts, so the dense MLPs and the shared experts of DeepSeek get no adapter. Checked on
+the CPU on tiny models of each family (bench/moe_saved_cpu.py prints what Qwen3-MoE, Qwen2-MoE
+and Mixtral adapt)."""
+
+_MLP_NAMES = ("gate_proj", "up_proj", "down_proj")
 
 _LAYER_CLASS = {"gemma3_text": "Gemma3DecoderLayer", "gpt_neox": "GPTNeoXLayer"}
 """model_type -> decoder-layer class where the name is not ``{ModelType}DecoderLayer``."""
@@ -249,11 +253,17 @@ class ModelSpec:
         match nn.Linear only, so fused experts get none."""
         total = 0
         for count, _, lin in self.layer_kinds():
-            names = {n for n, *_ in lin} if targets is None else set(targets)
+            names = self.all_linear_names() if targets is None else set(targets)
             total += count * sum(rank * (a + b) for n, a, b, _ in lin if n in names)
         if targets is None and self.lora_adapts_experts:
             total += self.moe_layers * self.expert_lora_params(rank)
         return total
+
+    def all_linear_names(self) -> set[str]:
+        """The nn.Linear names PEFT's "all-linear" adapts: every one of the decoder layers, less
+        the MLP names where they are sent to the fused experts instead."""
+        names = {n for _, _, lin in self.layer_kinds() for n, *_ in lin}
+        return names - set(_MLP_NAMES) if self.lora_adapts_experts else names
 
     @property
     def lora_adapts_experts(self) -> bool:

@@ -234,3 +234,24 @@ def test_all_linear_lora_params_match_peft(name: str) -> None:
     lora = peft.get_peft_model(model, config)
     trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
     assert trainable == 2 * per_layer
+
+
+def test_all_linear_lora_params_match_peft_deepseek() -> None:
+    """DeepSeek-V3 under "all-linear": attention, the routed experts and the router get
+    adapters; the MLP names go to the fused experts, so the dense layers' MLP and the shared
+    experts get none. Four layers: three dense (first_k_dense_replace) and one MoE."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    cfg = json.loads((DATA / "deepseek-v3.config.json").read_text())
+    cfg.pop("quantization_config", None)
+    cfg["num_hidden_layers"] = 4
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**cfg)
+        )
+    spec = from_hf_config(cfg, "deepseek-v3-l4")
+    config = peft.LoraConfig(r=16, target_modules="all-linear", task_type="CAUSAL_LM")
+    lora = peft.get_peft_model(model, config)
+    trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert trainable == spec.lora_params(16)

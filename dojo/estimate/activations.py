@@ -233,7 +233,8 @@ def _zero3_frozen_inputs(spec: ModelSpec, setup: Setup, i: int) -> int:
     it keeps no input of a frozen weight (``ctx.tensors = (None, B)``, bitsandbytes 0.50);
     transformers also skips zero.Init for quantized models, so ``F.linear`` stays torch's."""
     names = {n for n, *_ in spec.linears()}
-    targets = names if setup.lora.target_names is None else set(setup.lora.target_names) & names
+    every = spec.all_linear_names() & names
+    targets = every if setup.lora.target_names is None else set(setup.lora.target_names) & names
     shared = not setup.fp32_adapters and setup.lora_dropout == 0
     h = spec.hidden_size
     extra = 0
@@ -264,7 +265,8 @@ def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:
     Plus lora_A's output (r values, a B) per module, lora_B's input.
     """
     names = {n for n, *_ in spec.linears()}
-    targets = names if setup.lora.target_names is None else set(setup.lora.target_names) & names
+    every = spec.all_linear_names() & names
+    targets = every if setup.lora.target_names is None else set(setup.lora.target_names) & names
     ins = sum(a for n, a, _, _ in spec.linears() if n in targets)
     a = FP32 if setup.fp32_adapters and not setup.autocast else BF16
     extra = a * setup.lora.lora_r * len(targets)
