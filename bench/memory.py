@@ -19,7 +19,7 @@ re-estimates a measured row with those pinned (bench/report.py): an old row is j
 estimator on the settings it ran with, not on today's defaults.
 
 Scheduling: rows are admitted while the sum of their (estimate x 1.1 + 2 GiB) stays under
---budget-gib; a row the estimate says will not fit (or marked expect_oom) runs alone; a row that
+--budget-gib and the sum of their estimated host memory under --host-gib less 8 GiB; a row the estimate says will not fit (or marked expect_oom) runs alone; a row that
 runs out of memory beside others is re-run alone once; the first row runs alone to check that the
 per-process query works on this machine (if not, every row runs alone). One background process
 makes each shape's weights once.
@@ -74,7 +74,8 @@ def dojo_flags(row: Row) -> list[str]:
     Each is explicit, so the row means what it says whatever dojo's defaults become."""
     liger = "loss" if row.liger_loss else ("on" if row.liger else "off")
     flags = [
-        "--method", row.method, "--zero", str(row.stage), "--offload", row.offload,
+        "--method", row.method, "--zero", "none" if row.stage < 0 else str(row.stage),
+        "--offload", row.offload,
         "--micro-batch", str(row.micro_batch), "--seq-len", str(row.seq_len),
         "--packing" if row.packing else "--no-packing", "--liger", liger,
         "--grad-ckpt" if row.grad_ckpt else "--no-grad-ckpt", "--compile", compile_flag(row),
@@ -317,8 +318,11 @@ def host_used() -> int:
 
 
 class Running:
-    def __init__(self, row: Row, proc: subprocess.Popen[str], run_dir: Path, need: float) -> None:
+    def __init__(
+        self, row: Row, proc: subprocess.Popen[str], run_dir: Path, need: float, host: float = 0.0
+    ) -> None:
         self.row, self.proc, self.run_dir, self.need = row, proc, run_dir, need
+        self.host = host  # the row's estimated host memory, GiB (admission)
         self.t0 = time.time()
         self.gpu_mib = 0.0
         self.rss = 0
@@ -462,13 +466,16 @@ def run_gpu(a: argparse.Namespace) -> None:
             alone = row.expect_oom or not est["fits"] or row.label() in retried
             need = gpu_gib if alone else min(gpu_gib, est["gpu_gib"] * 1.1 + 2)
             held = sum(r.need for r in running.values())
+            # CPU-offload rows hold tens of GiB of host memory each: admit by host memory too
+            host_held = sum(r.host for r in running.values())
+            host_full = host_held + est["cpu_gib"] > a.host_gib - 8
             limit = a.parallel if checked and sampler.matched else 1
             if alone and running:
                 break  # keep order: it waits for the card to be empty
             if (
                 running
                 and not alone
-                and (len(running) >= limit or held + need + weights_gib > a.budget_gib)
+                and (len(running) >= limit or held + need + weights_gib > a.budget_gib or host_full)
             ):
                 continue
             run_dir = work / row.label()
@@ -481,7 +488,7 @@ def run_gpu(a: argparse.Namespace) -> None:
             with sampler.lock:
                 for other in running.values():
                     other.neighbours.add(row.label())
-                running[row.label()] = Running(row, proc, run_dir, need)
+                running[row.label()] = Running(row, proc, run_dir, need, est["cpu_gib"])
                 running[row.label()].neighbours |= set(running) - {row.label()}
             queue.remove(row)
             print(f"start {row.label()} (est {est['gpu_gib']:.1f} GiB)", flush=True)

@@ -129,7 +129,10 @@ def memory() -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         for name, mset in MEMORY_SETS.items():
             doc = load(f"memory-{name}.json")
-            if not doc:
+            if not doc:  # committed, not yet run: the summary says so, with its commit
+                summary.append(f"| {name} | not yet run (0 of {len(mset.rows)}) | "
+                               f"{sum(r.split == 'held' for r in mset.rows)} | | | | "
+                               f"| {mset.committed} |")  # fmt: skip
                 continue
             rows = memory_rows(doc, Path(tmp))
             held = [r for r in rows if r["m"]["split"] == "held"]

@@ -38,6 +38,12 @@ SHAPES = {
     "q06": "qwen3-0.6b",  # tied, qk-norm, head_dim 128 > hidden/heads
     "q3": "qwen3-1.7b",  # qk-norm, 152k vocabulary (EXTRA_ARCHS)
     "g2b": "gemma-2-2b",  # 256k vocabulary, head_dim 256, soft-capping
+    # The held-out shapes of heldout-moe-offload-long (EXTRA_ARCHS): real per-layer layouts, fewer
+    # layers where the whole model would not fit the GPU machine's disk or a call's time.
+    "g3": "gemma-3-1b",  # 262k vocabulary, head_dim 256, qk-norm, 4 norms a layer
+    "q3moe": "qwen3-30b-a3b-l8",  # Qwen3-MoE: 128 experts, top-8, 8 of its 48 layers
+    "q2moe": "qwen1.5-moe-a2.7b-l6",  # Qwen2-MoE: 60 experts, top-4, shared expert, 6 of 24
+    "mix": "mixtral-8x7b-l4",  # Mixtral: 8 experts of 14336, top-2, 4 of its 32 layers
 }
 EXTRA_ARCHS = {
     # Qwen/Qwen3-1.7B config.json (not in dojo's table): GQA 16/8, head_dim 128, tied, 152k vocab.
@@ -52,6 +58,73 @@ EXTRA_ARCHS = {
         "vocab_size": 151936,
         "tie_word_embeddings": True,
     },
+    # google/gemma-3-1b-pt config.json (text-only Gemma-3): 262k vocabulary, GQA 4/1.
+    "gemma-3-1b": {
+        "model_type": "gemma3_text",
+        "hidden_size": 1152,
+        "num_hidden_layers": 26,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "intermediate_size": 6912,
+        "vocab_size": 262144,
+        "tie_word_embeddings": True,
+        "sliding_window": 512,
+        "query_pre_attn_scalar": 256,
+    },
+    # Qwen/Qwen3-30B-A3B config.json with num_hidden_layers 8 of 48 (the whole model is 61 GB of
+    # bf16 weights; 8 layers are 11 GB): every layer is MoE, 128 experts of 768, top-8.
+    "qwen3-30b-a3b-l8": {
+        "model_type": "qwen3_moe",
+        "hidden_size": 2048,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "intermediate_size": 6144,
+        "moe_intermediate_size": 768,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    },
+    # Qwen/Qwen1.5-MoE-A2.7B config.json with num_hidden_layers 6 of 24 (8 GB of 29): 60 experts
+    # of 1408, top-4, a gated shared expert of 5632, q/k/v bias.
+    "qwen1.5-moe-a2.7b-l6": {
+        "model_type": "qwen2_moe",
+        "hidden_size": 2048,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "intermediate_size": 5632,
+        "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632,
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "norm_topk_prob": False,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "qkv_bias": True,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    },
+    # mistralai/Mixtral-8x7B-v0.1 config.json with num_hidden_layers 4 of 32 (12 GB of 93): 8
+    # experts of 14336, top-2, GQA 32/8.
+    "mixtral-8x7b-l4": {
+        "model_type": "mixtral",
+        "hidden_size": 4096,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+    },
 }
 
 
@@ -63,7 +136,7 @@ class Row:
     split: str  # "fit" | "held"
     system: str  # "dojo" | "plain"
     shape: str  # a SHAPES key
-    stage: int  # ZeRO stage; -1 = the plain Trainer without DeepSpeed (plain rows only)
+    stage: int  # ZeRO stage; -1 = the plain Trainer without DeepSpeed (dojo: --zero none)
     method: str = "full"
     micro_batch: int = 4
     seq_len: int = 2048
@@ -516,6 +589,51 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "tl1b", 2, seq_len=1024, alloc=EXP, attn="sdpa_varlen"),
             Row(H, D, "g2b", 3, micro_batch=1, alloc=EXP, attn="eager"),
             Row(H, D, "q3", 2, "lora", micro_batch=1, seq_len=16384, grad_ckpt=True, alloc=EXP, attn="sdpa_varlen"),
+        ),
+    ),
+    "heldout-moe-offload-long": MemorySet(
+        about="Where users go next (#31): mixture-of-experts LoRA (Qwen3-MoE, Qwen2-MoE with its "
+        "shared expert, Mixtral; ZeRO-2 and ZeRO-3, QLoRA, no DeepSpeed) on the real per-layer "
+        "layout with fewer layers; full fine-tuning with --offload cpu at ZeRO-1/2/3 (the device "
+        "side); LoRA at 8k-32k tokens with checkpointing, 262k vocabulary among them; runs "
+        "without DeepSpeed (full pure bf16, LoRA, QLoRA with k-bit prep, the plain script). "
+        "Small dense shapes first, so rows run while the MoE weights are made.",
+        committed="68f43c8",
+        was="bench/rows.py",
+        rows=(
+            # the first row runs alone (bench/memory.py checks the per-process query on it);
+            # meanwhile the MoE weights are made, the largest first, and their rows go next
+            Row(F, D, "l1b", -1, micro_batch=2, alloc=EXP),
+            # mixture of experts (fewer layers than the published models: rows.EXTRA_ARCHS)
+            Row(F, D, "q3moe", 2, "lora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(F, D, "q3moe", 2, "lora", micro_batch=4, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3moe", 3, "lora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3moe", -1, "lora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(F, D, "q2moe", 2, "lora", micro_batch=4, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q2moe", 2, "lora", micro_batch=2, seq_len=4096, alloc=EXP),
+            Row(F, D, "q2moe", 3, "lora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q2moe", 2, "qlora", micro_batch=4, grad_ckpt=True, alloc=EXP),
+            Row(F, D, "mix", 2, "lora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "mix", 2, "lora", micro_batch=2, alloc=EXP),
+            # full fine-tuning with the optimizer (and at ZeRO-3 the parameters) on the CPU
+            Row(F, D, "l1b", 2, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "q15", 2, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(F, D, "q06", 3, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "l1b", 3, micro_batch=2, offload="cpu", alloc=EXP),
+            Row(H, D, "tl1b", 2, micro_batch=2, offload="cpu", alloc=EXP),
+            # LoRA at long context with checkpointing; Gemma-3's 262k vocabulary
+            Row(F, D, "g3", 2, "lora", micro_batch=1, seq_len=8192, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "g3", 2, "lora", micro_batch=1, seq_len=16384, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "g3", 2, "lora", micro_batch=1, seq_len=8192, grad_ckpt=True, liger=False, alloc=EXP),
+            Row(F, D, "l1b", 2, "lora", micro_batch=1, seq_len=16384, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q06", 2, "lora", micro_batch=1, seq_len=32768, grad_ckpt=True, alloc=EXP),
+            # the rest without DeepSpeed (--zero none)
+            Row(H, D, "q15", -1, micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(F, D, "l1b", -1, "lora", grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q06", -1, "lora", alloc=EXP),
+            Row(F, D, "q15", -1, "qlora", grad_ckpt=True, alloc=EXP),
+            Row(H, D, "tl1b", -1, "qlora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, P, "l1b", -1, "lora", grad_ckpt=True),
         ),
     ),
 }

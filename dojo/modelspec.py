@@ -27,6 +27,16 @@ SOFTCAP_MODEL_TYPES = ("gemma2",)
 for them (transformers' default; SDPA and FlashAttention by offsets cannot), and eager's tanh
 output in the estimate."""
 
+LORA_FUSED_EXPERT_TYPES = ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+"""MoE model types whose fused experts and router PEFT 0.21's "all-linear" adapts under
+transformers 5 (each 3-D expert parameter and the router weight through a ParamWrapper); it
+leaves Qwen2-MoE's alone. For these, the MLP names (gate_proj, up_proj, down_proj) go to the
+fused experts, so the dense MLPs and the shared experts of DeepSeek get no adapter. Checked on
+the CPU on tiny models of each family (bench/moe_saved_cpu.py prints what Qwen3-MoE, Qwen2-MoE
+and Mixtral adapt)."""
+
+_MLP_NAMES = ("gate_proj", "up_proj", "down_proj")
+
 _LAYER_CLASS = {"gemma3_text": "Gemma3DecoderLayer", "gpt_neox": "GPTNeoXLayer"}
 """model_type -> decoder-layer class where the name is not ``{ModelType}DecoderLayer``."""
 
@@ -237,13 +247,41 @@ class ModelSpec:
         return "".join(p[:1].upper() + p[1:] for p in self.model_type.split("_")) + "DecoderLayer"
 
     def lora_params(self, rank: int, targets: tuple[str, ...] | None = None) -> int:
-        """Trainable LoRA params: r * (in + out) per adapted nn.Linear (A: r x in, B: out x r).
-        PEFT's target_modules match nn.Linear only, so fused MoE experts get no adapter."""
+        """Trainable LoRA params: r * (in + out) per adapted nn.Linear (A: r x in, B: out x r),
+        plus, for "all-linear" (targets None), the fused experts' and the router's adapters of
+        the model types PEFT adapts them in (``lora_adapts_experts``). Named target modules
+        match nn.Linear only, so fused experts get none."""
         total = 0
         for count, _, lin in self.layer_kinds():
-            names = {n for n, *_ in lin} if targets is None else set(targets)
+            names = self.all_linear_names() if targets is None else set(targets)
             total += count * sum(rank * (a + b) for n, a, b, _ in lin if n in names)
+        if targets is None and self.lora_adapts_experts:
+            total += self.moe_layers * self.expert_lora_params(rank)
         return total
+
+    def all_linear_names(self) -> set[str]:
+        """The nn.Linear names PEFT's "all-linear" adapts: every one of the decoder layers, less
+        the MLP names where they are sent to the fused experts instead."""
+        names = {n for _, _, lin in self.layer_kinds() for n, *_ in lin}
+        return names - set(_MLP_NAMES) if self.lora_adapts_experts else names
+
+    @property
+    def lora_adapts_experts(self) -> bool:
+        """PEFT's "all-linear" puts adapters on this model's fused experts (and router)."""
+        return self.is_moe and self.model_type in LORA_FUSED_EXPERT_TYPES
+
+    def expert_lora_params(self, rank: int) -> int:
+        """One MoE layer's adapters on its fused experts and router (PEFT 0.21 ParamWrapper):
+        gate_up_proj [E, 2i, h] gets A [2rE, h] and B [2i, 2rE] (gate and up each keep their
+        rank), down_proj [E, h, i] A [rE, i] and B [h, rE], the router [E, h] A [r, h] and
+        B [E, r]: rE(3h + 5i) + r(h + E) (bench/moe_saved_cpu.py prints the shapes)."""
+        e, h, i = self.num_experts, self.hidden_size, self.expert_intermediate_size
+        return rank * e * (3 * h + 5 * i) + rank * (h + e)
+
+    def expert_lora_largest(self, rank: int) -> int:
+        """The largest single adapter tensor on the fused experts (gate_up's A or B)."""
+        e, h, i = self.num_experts, self.hidden_size, self.expert_intermediate_size
+        return 2 * rank * e * max(h, 2 * i)
 
 
 def from_hf_config(

@@ -120,8 +120,9 @@ def test_matches_transformers(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen1.5-moe-a2.7b"])
 def test_lora_params_match_peft(name: str) -> None:
-    """PEFT's target_modules adapt nn.Linear only: attention (+ the shared expert), no fused
-    experts. (DeepSeek-V3 is left out: PEFT 0.21 also wraps its fused experts; see the report.)"""
+    """Named target_modules adapt nn.Linear only: attention (+ the shared expert), no fused
+    experts. (DeepSeek-V3 is left out: PEFT 0.21 also wraps its fused experts; see the report.)
+    "all-linear" is the next test."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
@@ -134,7 +135,7 @@ def test_lora_params_match_peft(name: str) -> None:
     targets = sorted({n for _, _, lin in spec.layer_kinds() for n, *_ in lin})
     lora = peft.get_peft_model(model, peft.LoraConfig(r=16, target_modules=targets))
     trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
-    assert trainable == spec.lora_params(16)
+    assert trainable == spec.lora_params(16, tuple(targets))
 
 
 # ---------------------------------------------------------------- fuzz of field values
@@ -212,3 +213,45 @@ def test_moe_activations_follow_the_experts_a_token_uses() -> None:
     as_dense = dataclasses.replace(spec, num_experts=0, experts_per_token=0, moe_layers=0)
     s = Setup.of(seq_len=512, method="full")
     assert activation_bytes(spec, s)[0] > activation_bytes(as_dense, s)[0]
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen3-30b-a3b"])
+def test_all_linear_lora_params_match_peft(name: str) -> None:
+    """PEFT's "all-linear" also adapts the fused experts and the router of Mixtral and
+    Qwen3-MoE under transformers 5 (not Qwen2-MoE's): lora_params(r) with no targets counts them."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    cfg = json.loads((DATA / f"{name}.config.json").read_text())
+    cfg["num_hidden_layers"] = 2  # the count is per layer; two keep the meta model small
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**cfg)
+        )
+    spec = _spec(name)
+    per_layer = spec.lora_params(16) // spec.num_layers
+    config = peft.LoraConfig(r=16, target_modules="all-linear", task_type="CAUSAL_LM")
+    lora = peft.get_peft_model(model, config)
+    trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert trainable == 2 * per_layer
+
+
+def test_all_linear_lora_params_match_peft_deepseek() -> None:
+    """DeepSeek-V3 under "all-linear": attention, the routed experts and the router get
+    adapters; the MLP names go to the fused experts, so the dense layers' MLP and the shared
+    experts get none. Four layers: three dense (first_k_dense_replace) and one MoE."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    cfg = json.loads((DATA / "deepseek-v3.config.json").read_text())
+    cfg.pop("quantization_config", None)
+    cfg["num_hidden_layers"] = 4
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**cfg)
+        )
+    spec = from_hf_config(cfg, "deepseek-v3-l4")
+    config = peft.LoraConfig(r=16, target_modules="all-linear", task_type="CAUSAL_LM")
+    lora = peft.get_peft_model(model, config)
+    trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert trainable == spec.lora_params(16)

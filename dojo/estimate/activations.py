@@ -3,6 +3,7 @@ bytes."""
 
 import math
 
+from dojo.estimate.moe import merged_expert_bytes, moe_saved_per_token
 from dojo.estimate.setup import Setup
 from dojo.modelspec import SOFTCAP_MODEL_TYPES, ModelSpec
 
@@ -83,6 +84,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     # Gemma-2/3: four norms a layer; the two beyond Llama's keep what any norm keeps.
     per_token += max(0, spec.norms_per_layer - 2) * norm * h
     per_token += FP32 * spec.num_heads  # log-sum-exp of SDPA / FlashAttention
+    per_token += moe_saved_per_token(spec, setup)  # dispatch, combine, router (0 when dense)
     # Packed rows (position_ids restart, masking_utils find_packed_sequence_indices) always get a
     # full-size 4-D mask. Padded batches get one too, but their rows are only as long as the
     # longest sample (the estimate's seq_len is an upper bound there and those rows already
@@ -113,6 +115,10 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.kernels.grad_ckpt else a_layer + bias
     factor = cal.recompute_factor if s.run.model.method == "full" else cal.recompute_factor_frozen
     layer_extra = (factor * a_layer if s.kernels.grad_ckpt else a_layer) + bias
+    # Adapters on fused experts: each MoE layer's forward makes the merged expert weights and
+    # keeps them; the backward adds their grad, and a recomputed layer makes them again.
+    merged = merged_expert_bytes(spec, setup)
+    layer_extra += merged * (2 if s.kernels.grad_ckpt else 1)
     logits = cal.loss_bytes_per_logit * tokens * spec.vocab_size
     if spec.model_type == "gemma2":
         # Gemma2ForCausalLM final_logit_softcapping (30.0): logits / cap -> tanh -> * cap in
@@ -128,7 +134,9 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         per_logit = cal.orpo_bytes_per_logit if objective == "orpo" else cal.cpo_bytes_per_logit
         logits += (per_logit - cal.loss_bytes_per_logit) * tokens * spec.vocab_size
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
-    kept = spec.num_layers * keep + _mask_bytes(setup)
+    kept = spec.num_layers * keep + _mask_count(spec) * _mask_bytes(setup)
+    if not s.kernels.grad_ckpt:
+        kept += spec.moe_layers * merged
     full_kernels = kernels and s.run.model.method == "full"
     if s.zero.stage == 3 and s.deepspeed and not s.kernels.grad_ckpt and full_kernels:
         kept += int(cal.zero3_kept_per_token_h * tokens * h) * spec.num_layers
@@ -152,6 +160,18 @@ def _norm_bytes(spec: ModelSpec, s: Setup) -> int:
     if s.run.model.method != "full":
         return FP32
     return FP32 + (FP32 if _gemma_norms(spec) else BF16)
+
+
+SLIDING_MASK_MODEL_TYPES = ("gemma2", "gemma3", "gemma3_text")
+"""Models whose forward builds a sliding-window mask beside the causal one every time
+(modeling_gemma2/3 ``causal_mask_mapping``: both are made whatever the sequence length; Qwen2/3
+and Mistral add one only when a layer slides, which dojo's shapes do not)."""
+
+
+def _mask_count(spec: ModelSpec) -> int:
+    """How many 4-D masks a forward builds and the layers keep: the causal one, and for the
+    models above the sliding-window one too (same size: a dense b x s x s)."""
+    return 2 if spec.model_type in SLIDING_MASK_MODEL_TYPES else 1
 
 
 def _mask_bytes(s: Setup) -> int:
@@ -213,7 +233,8 @@ def _zero3_frozen_inputs(spec: ModelSpec, setup: Setup, i: int) -> int:
     it keeps no input of a frozen weight (``ctx.tensors = (None, B)``, bitsandbytes 0.50);
     transformers also skips zero.Init for quantized models, so ``F.linear`` stays torch's."""
     names = {n for n, *_ in spec.linears()}
-    targets = names if setup.lora.target_names is None else set(setup.lora.target_names) & names
+    every = spec.all_linear_names() & names
+    targets = every if setup.lora.target_names is None else set(setup.lora.target_names) & names
     shared = not setup.fp32_adapters and setup.lora_dropout == 0
     h = spec.hidden_size
     extra = 0
@@ -244,7 +265,8 @@ def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:
     Plus lora_A's output (r values, a B) per module, lora_B's input.
     """
     names = {n for n, *_ in spec.linears()}
-    targets = names if setup.lora.target_names is None else set(setup.lora.target_names) & names
+    every = spec.all_linear_names() & names
+    targets = every if setup.lora.target_names is None else set(setup.lora.target_names) & names
     ins = sum(a for n, a, _, _ in spec.linears() if n in targets)
     a = FP32 if setup.fp32_adapters and not setup.autocast else BF16
     extra = a * setup.lora.lora_r * len(targets)

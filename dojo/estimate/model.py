@@ -120,6 +120,8 @@ def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
     if p_t == 0:
         raise EstimateError("--lora-targets matches no linear layer", hint="use q_proj,v_proj,...")
     largest_t = s.lora.lora_r * max(max(a, b) for _, a, b, _ in spec.linears())
+    if s.lora.target_names is None and spec.lora_adapts_experts:
+        largest_t = max(largest_t, spec.expert_lora_largest(s.lora.lora_r))
     if s.run.model.method == "lora":
         return p_t, float(BF16 * p), largest_t
     # NF4 + double quant for decoder linears; embeddings, head, norms and biases stay 16-bit,
@@ -130,6 +132,27 @@ def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
     return p_t, w_base, largest_t
 
 
+def _kbit_load_peak(spec: ModelSpec, s: Setup) -> float:
+    """Device bytes at the load of a QLoRA run under DeepSpeed ZeRO 0-2, before training.
+
+    dojo's worker (like PEFT's guide) calls prepare_model_for_kbit_training on the 4-bit model
+    on the GPU, which casts every parameter that is not 4-bit to fp32 one at a time
+    (peft/utils/other.py: embeddings, head, norms, and an MoE model's fused experts and routers,
+    which bitsandbytes does not quantize); the DeepSpeed engine casts them back to bf16 later,
+    and ZeRO-1/2's __init__ empties the cache. So the device holds the NF4 weights + 4 B x the
+    rest (+ the bf16 copy of the largest rest tensor while it is cast) once, at load. For a
+    dense model that is below the training peak; for an MoE model, whose experts are most of
+    it, it can be the peak nvidia-smi sees. Without DeepSpeed the fp32 weights stay and the
+    training terms count them already; ZeRO-3 loads quantized models without zero.Init and is
+    not counted here."""
+    if s.run.model.method != "qlora" or not s.deepspeed or s.zero.stage == 3:
+        return 0.0
+    nf4 = NF4_BYTES if spec.quantization == BNB_4BIT and not spec.quant_double else NF4_DQ_BYTES
+    rest = spec.params - spec.quantizable_params
+    largest_rest = max(spec.embedding_params, spec.num_experts * spec.expert_params * 2 // 3)
+    return nf4 * spec.quantizable_params + FP32 * rest + BF16 * largest_rest
+
+
 def _paged_share(spec: ModelSpec, s: Setup) -> float:
     """Fraction of the trainable params whose optimizer states bitsandbytes pages."""
     if not s.run.loop.optim.startswith("paged"):
@@ -138,9 +161,7 @@ def _paged_share(spec: ModelSpec, s: Setup) -> float:
         s.run.model.method == "full" or s.deepspeed
     ):  # ZeRO steps one flat fp32 partition: one big tensor
         return 1.0
-    names = (
-        {n for n, *_ in spec.linears()} if s.lora.target_names is None else set(s.lora.target_names)
-    )
+    names = spec.all_linear_names() if s.lora.target_names is None else set(s.lora.target_names)
     sizes = [s.lora.lora_r * d for n, a, b, _ in spec.linears() if n in names for d in (a, b)]
     return sum(x for x in sizes if x >= BNB_PAGED_MIN_NUMEL) / max(1, sum(sizes))
 
@@ -245,6 +266,17 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         backward_extra = params_work + grads_work + activations + logits + comm_current
         largest_freed = max(kept, loss_phase)
         reserve += _step_pages_hole(s, p_t, largest_t, largest_freed, churn, step, backward_extra)
+    backward = params_work + grads_work + activations + logits + comm_current
+    step_phase = step + (comm_current if z3 else 0)
+    trained = params + reference + grads + optim + max(backward, step_phase) + reserve
+    load_excess = _kbit_load_peak(spec, s) - trained
+    if load_excess > 0:
+        reserve += load_excess
+        notes.append(
+            f"the load peaks above training: prepare_model_for_kbit_training upcasts every "
+            f"weight that is not 4-bit to fp32 before DeepSpeed casts them back (+"
+            f"{load_excess / GIB:.1f} GiB, shown in the reserve column)"
+        )
     c = host_terms(spec, s, p_t, largest_t, stored)
     if c["nvme"]:
         notes.append(f"NVMe holds {c['nvme'] / GIB:.1f} GiB per node")
@@ -428,10 +460,14 @@ def _allocator_reserve(
     (Calibration), and at ZeRO-1/2 what ``_step_pages_hole`` names (the caller adds it: it needs
     the phases' sizes).
     """
+    n = s.world_size
     if s.kernels.expandable:
-        return s.calibration.expandable_logits_reserve * 2 * bf16_logits
+        reserve = s.calibration.expandable_logits_reserve * 2 * bf16_logits
+        if s.zero.offload != "none":  # gradients held for their in-flight host copies
+            cal = s.calibration.offload_reserve_expandable
+            reserve += cal * (BF16 * p_t / n + FP32 * largest_t)
+        return reserve
     if s.zero.offload != "none":
-        n = s.world_size
         return s.calibration.offload_reserve * (BF16 * p_t / n + FP32 * largest_t)
     if s.zero.level < 3 and not s.kernels.fused_loss:
         # The bf16 logits block is free at the backward (loss) peak and the wrong size for

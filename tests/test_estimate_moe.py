@@ -1,0 +1,62 @@
+"""The estimate's mixture-of-experts terms: LoRA all-linear's adapters on fused experts, the
+merged expert weights they make every forward, the dispatch's tensors per token, and QLoRA's
+fp32 load of the experts (dojo/estimate/moe.py, model.py _kbit_load_peak)."""
+
+from pathlib import Path
+
+from dojo.estimate import Setup, estimate
+from dojo.estimate.activations import activation_phases
+from dojo.estimate.moe import merged_expert_bytes, moe_saved_per_token
+from dojo.modelspec import resolve_model
+
+DATA = Path(__file__).parent / "data" / "moe"
+Q3 = resolve_model(str(DATA / "qwen3-30b-a3b.config.json"))
+Q15 = resolve_model(str(DATA / "qwen1.5-moe-a2.7b.config.json"))
+MIX = resolve_model(str(DATA / "mixtral-8x7b.config.json"))
+LORA = Setup.of(stage=2, method="lora", micro_batch=2, seq_len=2048, grad_ckpt=True)
+NAMED = LORA.changed(lora_targets="q_proj,k_proj,v_proj,o_proj")
+
+
+def test_all_linear_adapts_qwen3_and_mixtral_experts_not_qwen2s() -> None:
+    assert Q3.lora_adapts_experts and MIX.lora_adapts_experts and not Q15.lora_adapts_experts
+    # Qwen3-30B-A3B, r 16: rE(3h + 5i) + r(h + E) per layer, 48 layers = 0.98B
+    per_layer = 16 * 128 * (3 * 2048 + 5 * 768) + 16 * (2048 + 128)
+    attn = Q3.lora_params(16, ("q_proj", "k_proj", "v_proj", "o_proj"))
+    assert Q3.lora_params(16) == attn + 48 * per_layer
+    assert Q15.lora_params(16) == Q15.lora_params(16, tuple(n for n, *_ in Q15.linears()))
+
+
+def test_adapted_experts_are_made_anew_each_forward() -> None:
+    merged = merged_expert_bytes(Q3, LORA)
+    assert merged == 2 * 128 * 3 * 2048 * 768  # bf16, the layer's experts
+    assert merged_expert_bytes(Q3, NAMED) == 0 and merged_expert_bytes(Q15, LORA) == 0
+    assert merged_expert_bytes(Q3, LORA.changed(method="full")) == 0
+    # checkpointed: the recomputed layer holds the merged weights and their grad
+    _, _, layer, _ = activation_phases(Q3, LORA)
+    _, _, layer_named, _ = activation_phases(Q3, NAMED)
+    assert layer - layer_named >= 2 * merged
+    # not checkpointed: every MoE layer keeps one
+    kept, *_ = activation_phases(Q3, LORA.changed(grad_ckpt=False))
+    kept_named, *_ = activation_phases(Q3, NAMED.changed(grad_ckpt=False))
+    assert kept - kept_named >= 48 * merged
+
+
+def test_dispatch_keeps_expert_outputs_and_inputs_per_token() -> None:
+    k, h, e = 8, 2048, 128
+    index = 3 * 8 * k
+    assert moe_saved_per_token(Q3, LORA) == 4 * k * h + 4 * e + index  # adapted experts
+    assert moe_saved_per_token(Q3, NAMED) == 2 * k * h + 4 * e + index  # frozen experts
+    assert moe_saved_per_token(resolve_model("llama-3.2-1b"), LORA) == 0
+
+
+def test_qlora_load_upcasts_the_experts_above_the_training_peak() -> None:
+    q = LORA.changed(method="qlora")
+    e = estimate(Q15, q)
+    assert any("prepare_model_for_kbit_training" in n for n in e.notes)
+    rest = Q15.params - Q15.quantizable_params
+    assert e.allocated + e.fragmentation >= 4 * rest  # the fp32 experts at load
+    dense = estimate(resolve_model("llama-3.2-1b"), q)  # below its training peak: no note
+    assert not any("prepare_model_for_kbit_training" in n for n in dense.notes)
+    assert not any(  # without DeepSpeed the fp32 weights stay and are counted already
+        "prepare_model_for_kbit_training" in n for n in estimate(Q15, q.changed(stage="none")).notes
+    )
