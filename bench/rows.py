@@ -527,7 +527,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "precomputed (no copy), QLoRA with checkpointing; ORPO, KTO and SimPO with LoRA at "
         "ZeRO-2. Pairs truncated to exactly seq-len a sequence (bench/workload.py). The "
         "preference terms were derived on the CPU; every row only judges them.",
-        committed="pending (this commit; its hash follows in the next)",
+        committed="f858068",
         was="bench/rows.py",
         rows=(
             Row(H, D, "l1b", 2, "lora", liger=False, packing=False, alloc=EXP, extra=_DPO),
