@@ -67,10 +67,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory, bench_modules: object) -> dic
 
 
 def _tokens(bench_modules: object, tiny: dict[str, Path], method: str, zero: int,
-            data: str) -> dict[str, list[int]]:  # fmt: skip
+            data: str, seq: int = SEQ) -> dict[str, list[int]]:  # fmt: skip
     rows, speed, _ = bench_modules  # type: ignore[misc]
     root = tiny["root"]
-    case = rows.Case("l1b", method, zero, MB, SEQ, False, "pref-mix", ("trl-dpo", "dojo"), "dpo")
+    case = rows.Case("l1b", method, zero, MB, seq, False, "pref-mix", ("trl-dpo", "dojo"), "dpo")
     speed.write_dojo_ds_configs([case], {"l1b": tiny["model"]}, {"pref-mix": tiny[data]}, root)
     counts = {}
     for system in case.systems:
@@ -104,9 +104,10 @@ def test_trl_dpo_script_and_dojo_count_the_same_tokens_lora_zero2(
 
 def test_trl_dpo_script_full_zero3_on_the_mix(bench_modules: object, tiny: dict[str, Path]) -> None:
     """Full fine-tuning at ZeRO-3 (TRL loads its own reference copy, dojo hands it one) on the
-    mix: the same pairs in the same order; TRL's template keeps the newline after each answer's
-    <|im_end|>, one token a sequence more than dojo's."""
-    counts = _tokens(bench_modules, tiny, "full", 3, "mix")
+    mix at the set's max length (no pair truncated): the same pairs in the same order; TRL's
+    template keeps the newline after each answer's <|im_end|>, one token a sequence more than
+    dojo's."""
+    counts = _tokens(bench_modules, tiny, "full", 3, "mix", seq=2048)
     per_step = 2 * MB
     assert counts["trl-dpo"][0] == counts["dojo"][0] + per_step
     assert counts["trl-dpo"][1] == counts["dojo"][1] + STEPS * per_step
