@@ -20,8 +20,7 @@ fly from a fixed seed, so every run of every system sees the same file:
   ``dojo estimate --seq-len`` counts for a pair (two sequences of seq-len a row) or a KTO row;
 - ``pref-mix``: the realistic preference mix for speed, 2,000 pairs with log-normal prompt and
   answer lengths (UltraFeedback-like: prompts median 30 words, answers median 80), prompt +
-  longer answer capped at the row's seq-len in TOKENS_PER_WORD words, so almost no pair is
-  truncated.
+  longer answer capped at the row's seq-len, so almost no pair is truncated.
 The bundled tokenizer makes about TOKENS_PER_WORD tokens of a word (tests check the long-tail
 lengths with it).
 """
@@ -148,9 +147,11 @@ def preference_fixed_data(work: Path, seq_len: int, n: int = 32) -> Path:
 def preference_mix_data(work: Path, seq_len: int = 2048, n: int = 2000) -> Path:
     """The realistic preference mix (module docstring): log-normal prompt (median 30 words) and
     answer lengths (median 80 words each, drawn apart: the chosen answer is not always the
-    longer), the pair's prompt + longer answer within seq_len tokens at TOKENS_PER_WORD."""
+    longer), the pair's prompt + longer answer capped at seq_len tokens."""
     rng = random.Random(2)
-    cap = int((seq_len - 32) / TOKENS_PER_WORD)  # words; 32 tokens of ChatML framing
+    # words; 32 tokens of ChatML framing, 5 tokens a word (above the mean: a capped pair's words
+    # vary, and a pair over seq_len is cut, the same way by dojo and TRL)
+    cap = int((seq_len - 32) / 5)
     pairs = []
     for _ in range(n):
         p = int(min(cap // 2, max(4, rng.lognormvariate(math.log(30), 1.0))))
