@@ -46,8 +46,14 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
-from rows import MEMORY_SETS, Row  # noqa: E402
-from workload import fixed_data, pack_data, prepare_model, write_config  # noqa: E402
+from rows import MEMORY_SETS, Row, objective_of  # noqa: E402
+from workload import (  # noqa: E402
+    fixed_data,
+    pack_data,
+    preference_fixed_data,
+    prepare_model,
+    write_config,
+)
 
 H200_GIB = 143771 / 1024
 """nvidia-smi memory.total on the lent H200 (GiB): the GPU size dry runs and reports use."""
@@ -97,7 +103,10 @@ def compile_flag(row: Row) -> str:
 
 
 def data_for(row: Row, work: Path) -> Path:
-    """Packed dojo rows read the packing chats; the rest fixed-length samples (no padding)."""
+    """Packed dojo rows read the packing chats; preference rows pairs cut to exactly seq-len a
+    sequence; the rest fixed-length samples (no padding)."""
+    if row.system == "dojo" and objective_of(row.extra) != "sft":
+        return preference_fixed_data(work, row.seq_len)
     if row.packing and row.system == "dojo":
         return pack_data(work)
     return fixed_data(work, row.seq_len)

@@ -204,15 +204,17 @@ def _median(vals: list[float]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def speed_call_table(call: dict[str, Any], order: list[str]) -> list[str]:
-    out = ["| row | system | runs | median tokens/s | min-max | vs plain | windows 2-10 / 11-20 / 21-30 "
-           "| MFU | peak alloc GiB | nvidia-smi GiB | loss |",
+def speed_call_table(call: dict[str, Any], order: list[str], ref: str = "plain") -> list[str]:
+    """One call's runs by row and system; the ratio is to the reference system's median of the
+    same row in the same call (the plain script, or TRL's DPO script for the preference set)."""
+    out = [f"| row | system | runs | median tokens/s | min-max | vs {ref} | windows 2-10 / 11-20 "
+           "/ 21-30 | MFU | peak alloc GiB | nvidia-smi GiB | loss |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in call["runs"]:
         groups.setdefault((r["row"], r["system"]), []).append(r)
     keys = sorted(
-        groups, key=lambda k: (order.index(k[0]) if k[0] in order else 99, k[1] != "plain", k[1])
+        groups, key=lambda k: (order.index(k[0]) if k[0] in order else 99, k[1] != ref, k[1])
     )
     for row, system in keys:
         rs = groups[(row, system)]
@@ -222,12 +224,12 @@ def speed_call_table(call: dict[str, Any], order: list[str]) -> list[str]:
             out.append(f"| {row} | {system} | {n} | - | - | - | - | - | - | - | - |")
             continue
         med = statistics.median(r["tokens_per_s"] for r in ok)
-        plain = [
+        base = [
             r["tokens_per_s"]
-            for r in groups.get((row, "plain"), [])
+            for r in groups.get((row, ref), [])
             if r["rc"] == 0 and r.get("tokens_per_s")
         ]
-        ratio = f"{med / statistics.median(plain):.2f}x" if plain and system != "plain" else "-"
+        ratio = f"{med / statistics.median(base):.2f}x" if base and system != ref else "-"
         spread = (
             f"{min(r['tokens_per_s'] for r in ok):,}-{max(r['tokens_per_s'] for r in ok):,}"
             if len(ok) > 1
@@ -258,10 +260,12 @@ def speed_section(name: str, title: str, about: str) -> list[str]:
     order = list(SPEED_SETS[name])
     out = [f"### {title}", "", about, ""]
     cases = SPEED_SETS[name]
+    ref = next(iter(cases.values())).systems[0]  # every row of a set has one reference
     out += ["| row | shape | method | ZeRO | micro-batch x seq | checkpointing | data | systems |",
             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for row, c in cases.items():
-        out.append(f"| {row} | {c.shape} | {c.method} | {c.zero} | {c.micro_batch} x {c.seq_len} "
+        method = c.method if c.objective == "sft" else f"{c.objective.upper()} {c.method}"
+        out.append(f"| {row} | {c.shape} | {method} | {c.zero} | {c.micro_batch} x {c.seq_len} "
                    f"| {'on' if c.grad_ckpt else 'off'} | {c.data} | {', '.join(c.systems)} |")  # fmt: skip
     out += ["", f"Today: `bash bench/gpu.sh speed {name}` (plan: `python bench/speed.py --set {name} "
             "--warmup --dry-run`).", ""]  # fmt: skip
@@ -277,7 +281,7 @@ def speed_section(name: str, title: str, about: str) -> list[str]:
         out += [f"Call {i}: {what}.", ""]
         if call.get("dropped"):
             out += [f"Dropped for time: {', '.join(call['dropped'])}.", ""]
-        out += speed_call_table(call, order) + [""]
+        out += speed_call_table(call, order, ref) + [""]
     return out
 
 
@@ -301,6 +305,16 @@ def speed() -> list[str]:
         "fixed", "Fixed-length rows (secondary)",
         "Every sample longer than seq-len (truncated): no padding for any system, one sample per "
         "row. The older speed tables' cases T1-T5 and T7.",
+    )  # fmt: skip
+    out += speed_section(
+        "preference", "DPO against TRL's own script",
+        "dojo train --objective dpo against TRL's trl/scripts/dpo.py at the same settings (model "
+        "folder, ChatML template, data, batch, max length, LoRA, learning rate, bf16, SDPA, and "
+        "the DeepSpeed JSON dojo train writes for the row), on the realistic preference mix "
+        "(bench/workload.py pref-mix); \"vs trl-dpo\" divides by TRL's script's median. Tokens: "
+        "each batch's real tokens, both sequences of a pair with their prompt, counted on the "
+        "host the same way for both (TRL's template keeps the newline after each answer's "
+        "end-of-turn token, one token a sequence more than dojo's).",
     )  # fmt: skip
     return out
 

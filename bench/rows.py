@@ -14,8 +14,9 @@ their split never change after it ran (git log -p bench/rows.py shows it). A new
 a new entry here, committed before its GPU call.
 
 Speed sets (``SPEED_SETS``): cases run by bench/speed.py with several systems each, alternating,
-always as a ratio to the plain script in the same GPU call. Systems: "plain"
-(bench/baseline_trainer.py), "trl" and "trl-ds" (bench/trl_sft.py without and with DeepSpeed),
+always as a ratio to the row's first system (the plain script; TRL's DPO script for the
+preference set) in the same GPU call. Systems: "plain" (bench/baseline_trainer.py), "trl" and
+"trl-ds" (bench/trl_sft.py without and with DeepSpeed), "trl-dpo" (TRL's own trl/scripts/dpo.py),
 "dojo" (dojo train's defaults) and "dojo FLAGS" (dojo train with extra flags, e.g.
 "dojo --compile off").
 
@@ -194,6 +195,7 @@ EXP = "expandable_segments:True"  # dojo train's default allocator on CUDA (--ex
 SPLIT = "max_split_size_mb:256"
 _CAL = ("--lora-dropout", "0", "--bucket-size", "5e8")  # the calibration runs' own flags
 _OFF, _ON = ("--no-overlap-comm",), ("--overlap-comm",)
+_DPO = ("--objective", "dpo")
 
 # fmt: off
 MEMORY_SETS: dict[str, MemorySet] = {
@@ -636,8 +638,33 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, P, "l1b", -1, "lora", grad_ckpt=True),
         ),
     ),
+    "heldout-preference": MemorySet(
+        about="The preference objectives through TRL's trainers on Llama-3.2-1B: DPO with LoRA "
+        "at ZeRO-2 (the reference is the base with the adapter off), full at ZeRO-3 (a frozen "
+        "sharded copy as the reference) and full at ZeRO-2 with the reference's log-probs "
+        "precomputed (no copy), QLoRA with checkpointing; ORPO, KTO and SimPO with LoRA at "
+        "ZeRO-2. Pairs truncated to exactly seq-len a sequence (bench/workload.py). The "
+        "preference terms were derived on the CPU; every row only judges them.",
+        committed="f858068",
+        was="bench/rows.py",
+        rows=(
+            Row(H, D, "l1b", 2, "lora", liger=False, packing=False, alloc=EXP, extra=_DPO),
+            Row(H, D, "l1b", 3, micro_batch=2, liger=False, packing=False, alloc=EXP, extra=_DPO),
+            Row(H, D, "l1b", 2, micro_batch=2, liger=False, packing=False, alloc=EXP, extra=(*_DPO, "--precompute-ref-log-probs")),
+            Row(H, D, "l1b", 2, "qlora", grad_ckpt=True, liger=False, packing=False, alloc=EXP, extra=_DPO),
+            Row(H, D, "l1b", 2, "lora", liger=False, packing=False, alloc=EXP, extra=("--objective", "orpo")),
+            Row(H, D, "l1b", 2, "lora", liger=False, packing=False, alloc=EXP, extra=("--objective", "kto")),
+            Row(H, D, "l1b", 2, "lora", liger=False, packing=False, alloc=EXP, extra=("--objective", "simpo")),
+        ),
+    ),
 }
 # fmt: on
+
+
+def objective_of(extra: tuple[str, ...]) -> str:
+    """The --objective a row's flags give (sft when none)."""
+    flags = list(extra)
+    return flags[flags.index("--objective") + 1] if "--objective" in flags else "sft"
 
 
 @dataclass(frozen=True)
@@ -651,7 +678,8 @@ class Case:
     seq_len: int  # max tokens per sample, and per packed row
     grad_ckpt: bool
     data: str  # "mix" | "longtail" | "fixed" (bench/workload.py)
-    systems: tuple[str, ...]  # "plain" first: every ratio is to it
+    systems: tuple[str, ...]  # the reference first ("plain", or "trl-dpo"): every ratio is to it
+    objective: str = "sft"  # dojo's --objective; dpo: TRL's DPO script is the reference
 
 
 VARIANTS: tuple[str, ...] = (
@@ -670,6 +698,7 @@ bench/speed.py, since it is the same run."""
 _PEER = ("plain", "trl", "dojo")
 _PEER_FULL = ("plain", "trl", "trl-ds", "dojo")  # full fine-tuning: TRL users reach for DeepSpeed
 _VARIANT = ("plain", "dojo", *(f"dojo {v}" for v in VARIANTS))
+_PREF = ("trl-dpo", "dojo")  # TRL's own DPO script (trl/scripts/dpo.py) against dojo train
 
 SPEED_SETS: dict[str, dict[str, Case]] = {
     # The realistic mix (bench/workload.py: log-normal lengths, median 350 words), one H200, in the
@@ -700,6 +729,12 @@ SPEED_SETS: dict[str, dict[str, Case]] = {
         ),  # T4
         "1b-qlora-z2-ckpt": Case("l1b", "qlora", 2, 4, 2048, True, "fixed", _PEER),  # T5
         "7b-full-z3-ckpt": Case("l7b", "full", 3, 2, 2048, True, "fixed", _PEER_FULL),  # T7
+    },
+    # DPO against TRL's own script at the same settings (the same DeepSpeed JSON: the one dojo
+    # train writes for the row), on the realistic preference mix (bench/workload.py pref-mix).
+    "preference": {
+        "1b-dpo-lora-z2": Case("l1b", "lora", 2, 4, 2048, False, "pref-mix", _PREF, "dpo"),
+        "1b-dpo-full-z3": Case("l1b", "full", 3, 4, 2048, False, "pref-mix", _PREF, "dpo"),
     },
 }
 SPEED_SETS["peer-variants"] = {

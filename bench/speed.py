@@ -64,7 +64,9 @@ STARTUP_S = {"l1b": 45.0, "l7b": 50.0, "l8b": 60.0}
 COMPILE_S = {"l1b": 25.0, "l7b": 60.0, "l8b": 60.0}
 """Regional compile's first step, dojo runs whose resolved run compiles."""
 TRL_PREP_S = 15.0
-"""TRL tokenizes and packs the data in every run (3,000 chats)."""
+"""TRL tokenizes and packs the data in every run (3,000 chats; its DPO script 2,000 pairs)."""
+TRL_SAVE_S = {"l1b": 10.0}
+"""TRL's DPO script saves the model at its end (1B full: 2.5 GB, gathered under ZeRO-3)."""
 PREP_S = {"l1b": 10.0, "l7b": 30.0, "l8b": 35.0}
 """Making a shape's random weights once per call, before the first run (the 8B memory call: 20 s
 to write them)."""
@@ -130,10 +132,12 @@ def merge_flags(base: list[str], extra: list[str]) -> list[str]:
 
 
 def dojo_settings(case: Case, system: str) -> list[str]:
-    """A dojo system's setting flags (train and estimate): the row's, then the variant's."""
+    """A dojo system's setting flags (train and estimate): the row's, then the variant's. A
+    preference row trains its objective without packing (TRL's trainers pad each answer)."""
+    data = ["--packing"] if case.objective == "sft" else ["--objective", case.objective]
     base = [
         "--method", case.method, "--zero", str(case.zero), "--micro-batch", str(case.micro_batch),
-        "--seq-len", str(case.seq_len), "--packing",
+        "--seq-len", str(case.seq_len), *data,
         "--grad-ckpt" if case.grad_ckpt else "--no-grad-ckpt",
     ]  # fmt: skip
     return merge_flags(base, dojo_variant_flags(system))
@@ -189,6 +193,10 @@ def cost_s(case: Case, system: str, steps: int, compile_on: bool) -> float:
         s += COMPILE_S.get(case.shape, 60.0)
     if system.startswith("trl"):
         s += TRL_PREP_S
+    if system == "trl-dpo":
+        s += TRL_SAVE_S.get(case.shape, 30.0)
+    if case.objective in ("dpo", "kto") and case.method == "full":
+        s += steps * STEP_S.get((case.shape, case.grad_ckpt), 1.0) / 3  # the reference's forward
     return s
 
 
@@ -299,6 +307,11 @@ def command(case: Case, system: str, model: Path, data: Path, out: Path, steps: 
         ds = work / f"ds-zero{case.zero}.json"
         return [*launcher, str(BENCH / "trl_sft.py"), *common, "--deepspeed", str(ds)], {}
     hook = str(BENCH / "hook")
+    if system == "trl-dpo":  # TRL's own script; the hook adds the step record and the count
+        argv = [*launcher, "--module", "trl.scripts.dpo", *trl_dpo_args(case, model, data, out,
+                steps, dojo_ds_config(case, work))]  # fmt: skip
+        return argv, {"PYTHONPATH": f"{hook}:{os.environ.get('PYTHONPATH', '')}",
+                      "BENCH_COUNT_TOKENS": "1"}  # fmt: skip
     argv = [
         sys.executable, "-m", "dojo", "train", "--gpus", str(gpu), "--model", str(model),
         "--data", str(data), "--template", "chatml", *dojo_settings(case, system),
@@ -307,6 +320,74 @@ def command(case: Case, system: str, model: Path, data: Path, out: Path, steps: 
         "--output-dir", str(out), "--force",
     ]  # fmt: skip
     return argv, {"PYTHONPATH": f"{hook}:{os.environ.get('PYTHONPATH', '')}"}
+
+
+LR_DPO = {"full": 1e-6, "lora": 5e-6, "qlora": 5e-6}
+"""dojo train's --lr for DPO (dojo.run.groups.objective LR_PREFERENCE), given to TRL's script too."""
+
+
+def trl_dpo_args(case: Case, model: Path, data: Path, out: Path, steps: int, ds: Path) -> list[str]:
+    """TRL's DPO script (trl/scripts/dpo.py: TrlParser over ScriptArguments, DPOConfig,
+    ModelConfig) with dojo train's settings of the row: the model folder (its tokenizer and
+    ChatML template), the data (a folder holding train.jsonl, which `datasets` loads as json),
+    the batch, max length, learning rate, scheduler, optimizer, bf16, SDPA, TRL's beta and
+    sigmoid loss (dojo's defaults are TRL's), checkpointing as the row says (DPOConfig's default
+    is on), dojo's LoRA (r 16, alpha 32, dropout 0.05, all linear layers; the trainer turns
+    dropout off, as dojo's does), dojo's two dataloader workers, and the DeepSpeed JSON dojo
+    train writes for the row."""
+    args = [
+        "--model_name_or_path", str(model), "--dataset_name", str(trl_data_dir(data)),
+        "--output_dir", str(out), "--per_device_train_batch_size", str(case.micro_batch),
+        "--gradient_accumulation_steps", "1", "--max_steps", str(steps),
+        "--max_length", str(case.seq_len), "--learning_rate", str(LR_DPO[case.method]),
+        "--lr_scheduler_type", "linear", "--warmup_steps", "0", "--weight_decay", "0",
+        "--max_grad_norm", "1.0", "--optim", "adamw_torch_fused", "--bf16", "true",
+        "--dtype", "bfloat16", "--attn_implementation", "sdpa",
+        "--gradient_checkpointing", "true" if case.grad_ckpt else "false",
+        "--logging_steps", str(LOG_STEPS), "--save_strategy", "no", "--report_to", "none",
+        "--dataloader_num_workers", "2", "--seed", "42", "--deepspeed", str(ds),
+    ]  # fmt: skip
+    if case.method != "full":
+        args += ["--use_peft", "--lora_r", "16", "--lora_alpha", "32", "--lora_dropout", "0.05",
+                 "--lora_target_modules", "all-linear"]  # fmt: skip
+    if case.method == "qlora":
+        args += ["--load_in_4bit", "--bnb_4bit_quant_type", "nf4", "--use_bnb_nested_quant"]
+    return args
+
+
+def trl_data_dir(data: Path) -> Path:
+    """DATA-trl/train.jsonl beside the data file: TRL's script loads --dataset_name with
+    `datasets.load_dataset`, which reads a local folder's train.jsonl as its train split."""
+    folder = data.parent / f"{data.stem}-trl"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "train.jsonl"
+    if not target.exists() or target.read_bytes() != data.read_bytes():
+        target.write_bytes(data.read_bytes())
+    return folder
+
+
+def dojo_ds_config(case: Case, work: Path) -> Path:
+    """The DeepSpeed JSON dojo train writes for the row (work/ds-dojo-ROWKEY.json, made by
+    write_dojo_ds_configs before the runs)."""
+    return work / f"ds-dojo-{case.method}-z{case.zero}-{case.objective}.json"
+
+
+def write_dojo_ds_configs(cases: list[Case], models: dict[str, Path], data: dict[str, Path],
+                          work: Path) -> None:  # fmt: skip
+    """`dojo train --dry-run` with the dojo system's flags of each row a TRL script runs: the
+    run files it writes hold the DeepSpeed JSON dojo's own run uses (HF's values left "auto"),
+    given to TRL's script as a TRL user passes one (--deepspeed)."""
+    for c in cases:
+        if "trl-dpo" not in c.systems:
+            continue
+        run_dir = work / f"dry-{dojo_ds_config(c, work).stem}"
+        argv = ["train", "--gpus", "0", "--model", str(models[c.shape]), "--data",
+                str(data[c.data]), "--template", "chatml", *dojo_settings(c, "dojo"),
+                "--output-dir", str(run_dir), "--force", "--dry-run"]  # fmt: skip
+        from memory import dojo_cli
+
+        dojo_cli(argv)
+        dojo_ds_config(c, work).write_text((run_dir / "ds_config.json").read_text())
 
 
 def write_ds_configs(work: Path) -> None:
@@ -349,6 +430,14 @@ class GpuPeak(threading.Thread):
             return round(self.peaks.get(gpu, 0.0) / 1024, 2)
 
 
+def sequences(record: dict[str, Any]) -> list[list[dict[str, str]]]:
+    """The sequences a record trains: a chat's messages, or a preference pair's prompt with each
+    answer (DPO's two sequences a row)."""
+    if "messages" in record:
+        return [record["messages"]]
+    return [record["prompt"] + record[side] for side in ("chosen", "rejected")]
+
+
 def attention_length(data: Path, seq_len: int, tokenizer: Path) -> float:
     """Token-weighted mean sample length T (truncated at seq_len): the attention term of MFU."""
     from tokenizers import Tokenizer
@@ -356,9 +445,9 @@ def attention_length(data: Path, seq_len: int, tokenizer: Path) -> float:
     tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
     lens = []
     for line in data.read_text().splitlines():
-        msgs = json.loads(line)["messages"]
-        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
-        lens.append(min(seq_len, len(tok.encode(text).ids)))
+        for msgs in sequences(json.loads(line)):
+            text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
+            lens.append(min(seq_len, len(tok.encode(text).ids)))
     return sum(n * n for n in lens) / max(sum(lens), 1)
 
 
@@ -418,6 +507,7 @@ def run_gpu(a: argparse.Namespace, plans: list[RowPlan], gpus: list[int], work: 
     subprocess.run([sys.executable, str(BENCH / "workload.py"), "--work", str(work), *shapes],
                    check=True)  # fmt: skip
     models = {s: work / f"model-{s}" for s in shapes}
+    write_dojo_ds_configs([p.case for p in plans], models, data, work)
     t_eff: dict[tuple[str, int], float] = {}
     for p in plans:
         key = (p.case.data, p.case.seq_len)

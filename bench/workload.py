@@ -12,7 +12,15 @@ fly from a fixed seed, so every run of every system sees the same file:
 - ``fixed``: every sample longer than seq-len (truncated): no padding anywhere, one per row;
 - ``mix``: the realistic SFT mix, 3,000 chats with log-normal lengths (median 350 words, clipped to
   20-3,000; short turns with a long tail, ShareGPT-like); the speed benchmark's first dataset;
-- ``longtail``: mostly short chats with one in 40 of 8k-16k tokens.
+- ``longtail``: mostly short chats with one in 40 of 8k-16k tokens;
+- ``preference_fixed``: preference pairs (TRL's conversational ``{"prompt", "chosen",
+  "rejected"}``) whose answers run past seq-len, for the memory rows of a preference objective:
+  dojo cuts each answer to seq-len less the prompt (``--overflow truncate``, its default), so
+  every sequence of a micro-batch, chosen and rejected alike, is exactly seq-len tokens: what
+  ``dojo estimate --seq-len`` counts for a pair (two sequences of seq-len a row) or a KTO row;
+- ``pref-mix``: the realistic preference mix for speed, 2,000 pairs with log-normal prompt and
+  answer lengths (UltraFeedback-like: prompts median 30 words, answers median 80), prompt +
+  longer answer capped at the row's seq-len, so almost no pair is truncated.
 The bundled tokenizer makes about TOKENS_PER_WORD tokens of a word (tests check the long-tail
 lengths with it).
 """
@@ -112,6 +120,46 @@ def fixed_data(work: Path, seq_len: int, n: int = 32) -> Path:
     return _write(work / f"fixed-{seq_len}.jsonl", chats)
 
 
+def preference_pair(
+    rng: random.Random, prompt_words: int, chosen: int, rejected: int
+) -> dict[str, Any]:
+    """One preference pair in TRL's conversational format (dojo reads it as is): a user prompt of
+    prompt_words words, two assistant answers of the given word counts."""
+
+    def text(n: int) -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(max(1, n)))
+
+    def turn(role: str, n: int) -> list[dict[str, str]]:
+        return [{"role": role, "content": text(n)}]
+
+    return {"prompt": turn("user", prompt_words), "chosen": turn("assistant", chosen),
+            "rejected": turn("assistant", rejected)}  # fmt: skip
+
+
+def preference_fixed_data(work: Path, seq_len: int, n: int = 32) -> Path:
+    """n pairs of a 40-word prompt and two answers of seq_len / 2 words (about 2.2 x seq_len
+    tokens): truncated to exactly seq_len tokens a sequence (module docstring)."""
+    rng = random.Random(seq_len + 1)
+    pairs = [preference_pair(rng, 40, seq_len // 2, seq_len // 2) for _ in range(n)]
+    return _write(work / f"pref-fixed-{seq_len}.jsonl", pairs)
+
+
+def preference_mix_data(work: Path, seq_len: int = 2048, n: int = 2000) -> Path:
+    """The realistic preference mix (module docstring): log-normal prompt (median 30 words) and
+    answer lengths (median 80 words each, drawn apart: the chosen answer is not always the
+    longer), the pair's prompt + longer answer capped at seq_len tokens."""
+    rng = random.Random(2)
+    # words; 32 tokens of ChatML framing, 5 tokens a word (above the mean: a capped pair's words
+    # vary, and a pair over seq_len is cut, the same way by dojo and TRL)
+    cap = int((seq_len - 32) / 5)
+    pairs = []
+    for _ in range(n):
+        p = int(min(cap // 2, max(4, rng.lognormvariate(math.log(30), 1.0))))
+        a = [int(min(cap - p, max(4, rng.lognormvariate(math.log(80), 0.9)))) for _ in range(2)]
+        pairs.append(preference_pair(rng, p, a[0], a[1]))
+    return _write(work / f"speed-pref-mix-{seq_len}.jsonl", pairs)
+
+
 def speed_data(work: Path) -> dict[str, Path]:
     """The speed benchmark's datasets, by name. fixed and mix come from one generator in this
     order (seed 0), as every speed result since the first was measured on them."""
@@ -123,6 +171,7 @@ def speed_data(work: Path) -> dict[str, Path]:
         "fixed": _write(work / "speed-fixed.jsonl", fixed),
         "mix": _write(work / "speed-mix.jsonl", mix),
         "longtail": longtail_data(work),
+        "pref-mix": preference_mix_data(work),
     }
 
 

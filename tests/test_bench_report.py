@@ -49,6 +49,15 @@ def test_ratios_are_to_the_plain_median_of_the_same_call(report: object) -> None
     assert "| - |" in alone[-1]  # no plain run in this call: no ratio
 
 
+def test_a_set_without_the_plain_script_divides_by_its_reference(report: object) -> None:
+    """The preference set's reference is TRL's DPO script: dojo / TRL, same row, same call."""
+    call = {"runs": [_run("r", "trl-dpo", 100), _run("r", "dojo", 120)]}
+    lines = report.speed_call_table(call, ["r"], "trl-dpo")  # type: ignore[attr-defined]
+    assert "vs trl-dpo" in lines[0]
+    assert "| trl-dpo |" in lines[2] and "| - |" in lines[2]  # the reference first, no ratio
+    assert "| 1.20x |" in next(x for x in lines if "| dojo |" in x)
+
+
 def test_merge_keeps_each_call(report: object, tmp_path: Path) -> None:
     a = {
         "benchmark": "speed",

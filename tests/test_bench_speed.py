@@ -37,8 +37,10 @@ def test_variant_flags_are_dojo_train_flags(bench: None) -> None:
         assert flag in train, variant
     for cases in rows.SPEED_SETS.values():
         for name, c in cases.items():
-            assert c.systems[0] == "plain", name  # every ratio is to it
-            assert c.shape in rows.SHAPES and c.data in ("mix", "longtail", "fixed"), name
+            ref = "plain" if c.objective == "sft" else "trl-dpo"
+            assert c.systems[0] == ref, name  # every ratio is to it
+            assert c.shape in rows.SHAPES, name
+            assert c.data in (("mix", "longtail", "fixed") if ref == "plain" else ("pref-mix",))
 
 
 def test_a_variant_replaces_the_row_flag_it_names(bench: None) -> None:
@@ -140,3 +142,69 @@ def test_long_tail_lengths_with_the_bundled_tokenizer(bench: None, tmp_path: Pat
         lens.append(len(enc.encode(text).ids))
     long = [n for n in lens if n > 4096]
     assert len(long) == 30 and min(long) >= 8192 and max(long) <= 16384
+
+
+def test_a_preference_row_runs_trl_dpo_script_with_dojo_settings(
+    bench: None, tmp_path: Path
+) -> None:
+    """TRL's DPO script gets dojo's settings of the row under its own argument names (TRL's
+    parser, with no unknown argument), the DeepSpeed JSON dojo train writes for it, the data as
+    a folder of train.jsonl, and the hook's step record and token count; dojo trains the
+    objective without packing."""
+    pytest.importorskip("trl")
+    speed = importlib.import_module("speed")
+    rows = importlib.import_module("rows")
+    workload = importlib.import_module("workload")
+    from trl.scripts.dpo import make_parser
+
+    case = rows.SPEED_SETS["preference"]["1b-dpo-lora-z2"]
+    settings = speed.dojo_settings(case, "dojo")
+    assert "--packing" not in settings
+    assert settings[settings.index("--objective") + 1] == "dpo"
+    model = workload.write_config("l1b", tmp_path)
+    data = workload.preference_mix_data(tmp_path)
+    ds = speed.dojo_ds_config(case, tmp_path)
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}}))
+    argv, env = speed.command(case, "trl-dpo", model, data, tmp_path / "out", 30, 3, tmp_path)
+    assert argv[argv.index("--include") + 1] == "localhost:3"
+    assert argv[argv.index("--module") + 1] == "trl.scripts.dpo"
+    assert env["BENCH_COUNT_TOKENS"] == "1" and "hook" in env["PYTHONPATH"]
+    script = argv[argv.index("--module") + 2 :]
+    cpu = ["--bf16", "false", "--optim", "adamw_torch"]  # later flags win; no CUDA here
+    _, train, model_args, _ = make_parser().parse_args_and_config(
+        args=script + cpu, fail_with_unknown_args=True
+    )
+    assert (train.per_device_train_batch_size, train.max_length, train.max_steps) == (4, 2048, 30)
+    assert train.gradient_checkpointing is False and train.learning_rate == 5e-6
+    assert train.deepspeed == str(ds) and train.loss_type == ["sigmoid"] and train.beta == 0.1
+    assert model_args.use_peft and model_args.lora_r == 16 and model_args.lora_alpha == 32
+    assert model_args.lora_target_modules == "all-linear"
+    folder = Path(script[script.index("--dataset_name") + 1])
+    assert (folder / "train.jsonl").read_text() == data.read_text()
+
+
+def test_preference_data_lengths(bench: None, tmp_path: Path) -> None:
+    """Memory pairs: every sequence (prompt + either answer) runs past seq-len, so dojo cuts each
+    to exactly seq-len; the speed mix: prompt + longer answer within the max length, so (almost)
+    nothing is cut, by the bundled tokenizer."""
+    from tokenizers import Tokenizer
+
+    from dojo.train.tiny import build_tiny_tokenizer
+
+    workload = importlib.import_module("workload")
+    tok = Tokenizer.from_file(str(build_tiny_tokenizer(tmp_path / "tok") / "tokenizer.json"))
+
+    def n(msgs: list[dict[str, str]]) -> int:
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
+        return len(tok.encode(text).ids)
+
+    fixed = workload.preference_fixed_data(tmp_path, 2048)
+    for line in fixed.read_text().splitlines():
+        pair = json.loads(line)
+        assert n(pair["prompt"]) < 400
+        assert min(n(pair["prompt"] + pair[s]) for s in ("chosen", "rejected")) > 2048
+    mix = workload.preference_mix_data(tmp_path)
+    longest = [max(n(p["prompt"] + p[s]) for s in ("chosen", "rejected"))
+               for p in map(json.loads, mix.read_text().splitlines())]  # fmt: skip
+    assert len(longest) == 2000 and sum(x > 2048 for x in longest) <= 10
+    assert 300 < sorted(longest)[1000] < 900  # a realistic median pair, not the cap

@@ -3,6 +3,10 @@ bench/gpu.sh put bench/hook first on PYTHONPATH and set
 
 - BENCH_STEPLOG=FILE: bench/steps.py's per-step record added to the run's Trainer, as
   bench/baseline_trainer.py and bench/trl_sft.py add it to theirs;
+- BENCH_COUNT_TOKENS=1: for a script that counts no tokens of its own (TRL's DPO script), each
+  batch's real tokens (its attention mask's ones, summed on the host in the collator, so no
+  device read) added to ``state.num_input_tokens_seen`` before the step, as dojo's collators
+  count them (a DPO batch is the chosen and the rejected sequences, each with its prompt);
 - DOJO_BENCH_MEMSNAP=DIR: the CUDA allocator's memory history over steps 1-4 (or to the end of
   a shorter run: the memory benchmark runs 3); DIR/<pid>.txt gets bench/memsnap.py's summary
   (each growth of the reserve, who asked for it, the holes left).
@@ -19,6 +23,8 @@ import sys
 
 _STEPLOG = os.environ.get("BENCH_STEPLOG")
 _MEMSNAP = os.environ.get("DOJO_BENCH_MEMSNAP")
+_COUNT = os.environ.get("BENCH_COUNT_TOKENS") == "1"
+_TOKENS = "bench_real_tokens"  # the count's key in a batch, popped before the model sees it
 _BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
@@ -43,6 +49,35 @@ def _add_callback(mod, make):  # type: ignore[no-untyped-def]
             self.add_callback(cb)
 
     mod.Trainer.__init__ = __init__
+
+
+class _Counting:
+    """The trainer's collator, plus the batch's real tokens under _TOKENS (a plain int: it rides
+    through the dataloader's workers and accelerate's device copy unchanged)."""
+
+    def __init__(self, inner):  # type: ignore[no-untyped-def]
+        self.inner = inner
+
+    def __call__(self, features):  # type: ignore[no-untyped-def]
+        batch = self.inner(features)
+        mask = batch.get("attention_mask")
+        batch[_TOKENS] = int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
+        return batch
+
+
+def _count_tokens(mod):  # type: ignore[no-untyped-def]
+    init, step = mod.Trainer.__init__, mod.Trainer.training_step
+
+    def __init__(self, *args, **kw):  # type: ignore[no-untyped-def]
+        init(self, *args, **kw)
+        self.data_collator = _Counting(self.data_collator)
+
+    def training_step(self, model, inputs, *args, **kw):  # type: ignore[no-untyped-def]
+        self.state.num_input_tokens_seen += int(inputs.pop(_TOKENS, 0))
+        return step(self, model, inputs, *args, **kw)
+
+    mod.Trainer.__init__ = __init__
+    mod.Trainer.training_step = training_step
 
 
 def _memsnap():  # type: ignore[no-untyped-def]
@@ -87,6 +122,8 @@ def _memsnap():  # type: ignore[no-untyped-def]
 
 
 def _patch_trainer(mod):  # type: ignore[no-untyped-def]
+    if _COUNT:
+        _count_tokens(mod)
     if _STEPLOG:
         _add_callback(mod, lambda: _bench_module("steps").steplog())
     if _MEMSNAP:
@@ -113,5 +150,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if _STEPLOG or _MEMSNAP:
+if _STEPLOG or _MEMSNAP or _COUNT:
     sys.meta_path.insert(0, _Finder())

@@ -1,0 +1,113 @@
+"""The preference speed set's systems on the CPU, on a tiny random Llama: TRL's own DPO script
+(trl/scripts/dpo.py, launched by the DeepSpeed launcher with the DeepSpeed JSON `dojo train`
+writes for the row) and `dojo train --objective dpo`, each with the argv bench/speed.py builds,
+train 3 steps and write bench/steps.py's record; on pairs cut to exactly seq-len a sequence both
+count the same real tokens a step. Only what has no CPU form is changed: bf16, the fused AdamW
+(TRL's side) and --gpus (dojo's: --nproc 1).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+
+pytestmark = pytest.mark.slow
+
+MB, SEQ, STEPS = 2, 256, 3
+CPU_TRL = ["--bf16", "false", "--optim", "adamw_torch", "--dtype", "float32"]
+"""Later flags win in TRL's parser: what the GPU run's argv says, as the CPU can run it."""
+
+
+@pytest.fixture(scope="module")
+def bench_modules() -> object:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import rows
+        import speed
+        import workload
+
+        yield rows, speed, workload
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory, bench_modules: object) -> dict[str, Path]:
+    """A 2-layer Llama (hidden 64) with random weights, dojo's tiny tokenizer, the bench data:
+    pairs longer than SEQ (each sequence truncated to SEQ) and the preference mix's first 64."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("trl")
+    pytest.importorskip("deepspeed")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from dojo.train.tiny import build_tiny_tokenizer
+
+    _, _, workload = bench_modules  # type: ignore[misc]
+    root = tmp_path_factory.mktemp("bench-trl-dpo")
+    cfg = AutoConfig.for_model(
+        "llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=1024,
+        max_position_embeddings=4096, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=1, eos_token_id=4,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(root / "model-l1b")
+    build_tiny_tokenizer(root / "model-l1b")
+    fixed = workload.preference_fixed_data(root / "data", SEQ)
+    mix = root / "data" / "pref-mix-64.jsonl"
+    full = workload.preference_mix_data(root / "data")
+    mix.write_text("".join(full.read_text().splitlines(keepends=True)[:64]))
+    return {"root": root, "model": root / "model-l1b", "fixed": fixed, "mix": mix}
+
+
+def _tokens(bench_modules: object, tiny: dict[str, Path], method: str, zero: int,
+            data: str, seq: int = SEQ) -> dict[str, list[int]]:  # fmt: skip
+    rows, speed, _ = bench_modules  # type: ignore[misc]
+    root = tiny["root"]
+    case = rows.Case("l1b", method, zero, MB, seq, False, "pref-mix", ("trl-dpo", "dojo"), "dpo")
+    speed.write_dojo_ds_configs([case], {"l1b": tiny["model"]}, {"pref-mix": tiny[data]}, root)
+    counts = {}
+    for system in case.systems:
+        out = root / f"run-{system}-{method}-{data}"
+        argv, env = speed.command(case, system, tiny["model"], tiny[data], out, STEPS, 0, root)
+        if system == "trl-dpo":
+            argv += CPU_TRL
+        else:
+            i = argv.index("--gpus")
+            argv[i : i + 2] = ["--nproc", "1"]
+        log = root / f"steps-{system}-{method}-{data}.json"
+        env = {**os.environ, **env, "BENCH_STEPLOG": str(log), "DS_ACCELERATOR": "cpu",
+               "LOCAL_SIZE": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
+        env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{REPO}"
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # DS's CPU op
+        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, cwd=REPO)
+        assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+        marks = json.loads(log.read_text())["marks"]
+        assert [m["step"] for m in marks] == [1, STEPS]
+        counts[system] = [m["tokens"] for m in marks]
+    return counts
+
+
+def test_trl_dpo_script_and_dojo_count_the_same_tokens_lora_zero2(
+    bench_modules: object, tiny: dict[str, Path]
+) -> None:
+    """Every sequence (prompt + chosen, prompt + rejected) cut to SEQ: 2 x MB x SEQ a step."""
+    counts = _tokens(bench_modules, tiny, "lora", 2, "fixed")
+    assert counts["trl-dpo"] == counts["dojo"] == [2 * MB * SEQ, STEPS * 2 * MB * SEQ]
+
+
+def test_trl_dpo_script_full_zero3_on_the_mix(bench_modules: object, tiny: dict[str, Path]) -> None:
+    """Full fine-tuning at ZeRO-3 (TRL loads its own reference copy, dojo hands it one) on the
+    mix at the set's max length (no pair truncated): the same pairs in the same order; TRL's
+    template keeps the newline after each answer's <|im_end|>, one token a sequence more than
+    dojo's."""
+    counts = _tokens(bench_modules, tiny, "full", 3, "mix", seq=2048)
+    per_step = 2 * MB
+    assert counts["trl-dpo"][0] == counts["dojo"][0] + per_step
+    assert counts["trl-dpo"][1] == counts["dojo"][1] + STEPS * per_step
