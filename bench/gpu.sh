@@ -44,5 +44,5 @@ case "$plan" in
     echo "usage: bash bench/gpu.sh memory|speed|tests [...]" >&2; exit 2 ;;
 esac
 rc=$?
-(cd /tmp/dojo-bench 2>/dev/null && tar czf "$OUT/logs.tgz" ./*.log 2>/dev/null)  # run logs, if any
+(cd /tmp/dojo-bench 2>/dev/null && tar czf "$OUT/logs-$plan-${set_name:-}.tgz" ./*.log 2>/dev/null)  # run logs, if any
 exit $rc
