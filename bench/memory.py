@@ -441,9 +441,14 @@ def run_gpu(a: argparse.Namespace) -> None:
     maker = subprocess.Popen(
         [sys.executable, __file__, "--set", a.set, "--work", str(work), "--make-weights", *shapes]
     )
-    command = f"bash bench/gpu.sh memory {a.set}" + "".join(f" {o}" for o in a.only or [])
-    call = {"command": command, "commit": git_commit(), "gpu_gib": gpu_gib, "host_gib": a.host_gib}
-    doc: dict[str, Any] = {"benchmark": "memory", "set": a.set, "command": command,
+    invocation = f"bash bench/gpu.sh memory {a.set}" + "".join(f" {o}" for o in a.only or [])
+    call = {
+        "command": invocation,
+        "commit": git_commit(),
+        "gpu_gib": gpu_gib,
+        "host_gib": a.host_gib,
+    }
+    doc: dict[str, Any] = {"benchmark": "memory", "set": a.set, "command": invocation,
                            "calls": [call], "rows": []}  # fmt: skip
     queue = list(rows)
     running: dict[str, Running] = {}
