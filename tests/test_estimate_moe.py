@@ -60,3 +60,23 @@ def test_qlora_load_upcasts_the_experts_above_the_training_peak() -> None:
     assert not any(  # without DeepSpeed the fp32 weights stay and are counted already
         "prepare_model_for_kbit_training" in n for n in estimate(Q15, q.changed(stage="none")).notes
     )
+
+
+def test_all_linear_on_fused_experts_runs_without_dropout(cli) -> None:
+    """PEFT refuses dropout on its fused-expert adapters (ParamWrapper): dojo's default dropout
+    becomes 0 with a line that says so; a dropout the user chose is refused with the fix; named
+    targets keep it."""
+    q3 = str(DATA / "qwen3-30b-a3b.config.json")
+    r = cli("estimate", "--model", q3, "--method", "lora", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert "lora dropout 0: all-linear adapts qwen3_moe's fused experts" in r.stderr
+    r = cli("estimate", "--model", q3, "--method", "lora", "--lora-dropout", "0.1")
+    assert r.exit_code != 0 and "--lora-dropout 0.1" in r.stderr
+    assert "--lora-targets q_proj,k_proj,v_proj,o_proj" in r.stderr and "Traceback" not in r.stderr
+    r = cli("estimate", "--model", q3, "--method", "lora", "--lora-dropout", "0.1",
+            "--lora-targets", "q_proj,v_proj", "--json")  # fmt: skip
+    assert r.exit_code == 0 and "dropout" not in r.stderr
+    mix = str(DATA / "mixtral-8x7b.config.json")
+    q15 = str(DATA / "qwen1.5-moe-a2.7b.config.json")
+    assert "lora dropout 0" in cli("estimate", "--model", mix, "--method", "qlora").stderr
+    assert "dropout" not in cli("estimate", "--model", q15, "--method", "lora").stderr

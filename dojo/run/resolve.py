@@ -5,13 +5,17 @@ Every rule that ties options together is checked first, all at once: one ConfigE
 problem, each with its hint.
 """
 
-import dataclasses
 from typing import Any
 
 from dojo.errors import ConfigError
 from dojo.run.groups.kernels import kernel_problems, resolve_kernels, softcap_problem
 from dojo.run.groups.loop import loop_problems, resolve_loop
-from dojo.run.groups.lora import lora_problems, names, target_names
+from dojo.run.groups.lora import (
+    expert_dropout_problem,
+    lora_problems,
+    resolve_lora,
+    target_names,
+)
 from dojo.run.groups.objective import objective_problems, resolve_objective
 from dojo.run.groups.output import output_problems, resolve_output
 from dojo.run.groups.zero import resolve_zero, zero_problems
@@ -45,9 +49,10 @@ def problems(o: RunOptions, machine: Machine, given: set[str]) -> list[tuple[str
 
 def check(o: RunOptions, machine: Machine, given: set[str], spec: Any = None) -> None:
     found = problems(o, machine, given)
-    softcap = softcap_problem(o.kernels, spec)
-    if softcap:
-        found.append(softcap)
+    for problem in (softcap_problem(o.kernels, spec),
+                    expert_dropout_problem(o.lora, spec, o.model.adapters, given)):  # fmt: skip
+        if problem:
+            found.append(problem)
     if found:
         raise ConfigError.of(found)
 
@@ -87,7 +92,7 @@ def resolve(
         data=o.data,
         zero=zero,
         kernels=kernels,
-        lora=dataclasses.replace(o.lora, modules_to_save=names(o.lora.modules_to_save)),
+        lora=resolve_lora(o.lora, spec, o.model.adapters, said),
         loop=loop,
         output=resolve_output(o.output, o.loop.max_steps),
         devices=o.devices,

@@ -1,8 +1,13 @@
 """LoRA and QLoRA adapters (PEFT's LoraConfig)."""
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from dojo.run.field import PLAN, opt
+
+DEFAULT_DROPOUT = 0.05
+"""--lora-dropout's default."""
 
 
 @dataclass(frozen=True)
@@ -16,7 +21,9 @@ class LoraOptions:
         example="32",
     )  # fmt: skip
     lora_dropout: float = opt(
-        0.05, "Dropout on the LoRA branch", "the LoRA paper's value for 7B-scale models",
+        DEFAULT_DROPOUT, "Dropout on the LoRA branch",
+        "the LoRA paper's value for 7B-scale models; 0 where all-linear adapts fused MoE experts "
+        "(PEFT allows none there)",
         lo=0.0, hi=0.99, example="0.05", commands=PLAN,
     )  # fmt: skip
     lora_targets: str = opt(
@@ -54,6 +61,36 @@ def target_names(lora_targets: str) -> tuple[str, ...] | None:
 def names(items: tuple[str, ...]) -> tuple[str, ...]:
     """--modules-to-save a,b --modules-to-save c -> (a, b, c)."""
     return tuple(t.strip() for item in items for t in item.split(",") if t.strip())
+
+
+def fused_expert_adapters(lora: LoraOptions, spec: Any) -> bool:
+    """all-linear on a model whose fused experts PEFT adapts (ParamWrapper): PEFT refuses any
+    dropout there ("lora.ParamWrapper does not work with lora_dropout != 0"), and LoraConfig has
+    one dropout for every adapter."""
+    return spec is not None and lora.target_names is None and bool(spec.lora_adapts_experts)
+
+
+def expert_dropout_problem(
+    lora: LoraOptions, spec: Any, adapters: bool, given: set[str]
+) -> tuple[str, str] | None:
+    """A dropout the user chose, on adapters PEFT cannot give one."""
+    chosen = "lora_dropout" in given or lora.lora_dropout != DEFAULT_DROPOUT
+    if not adapters or not fused_expert_adapters(lora, spec) or not lora.lora_dropout or not chosen:
+        return None
+    return (f"--lora-dropout {lora.lora_dropout}: all-linear puts adapters on {spec.model_type}'s "
+            "fused experts, which PEFT trains without dropout",
+            "use --lora-dropout 0, or name the layers to adapt, e.g. --lora-targets "
+            "q_proj,k_proj,v_proj,o_proj")  # fmt: skip
+
+
+def resolve_lora(lora: LoraOptions, spec: Any, adapters: bool, said: list[str]) -> LoraOptions:
+    out = dataclasses.replace(lora, modules_to_save=names(lora.modules_to_save))
+    if adapters and lora.lora_dropout and fused_expert_adapters(lora, spec):
+        said.append(f"lora dropout 0: all-linear adapts {spec.model_type}'s fused experts, "
+                    "which PEFT trains without dropout; --lora-targets NAMES adapts named "
+                    "linear layers only, with dropout")  # fmt: skip
+        out = dataclasses.replace(out, lora_dropout=0.0)
+    return out
 
 
 def lora_problems(lora: LoraOptions, full: bool) -> list[tuple[str, str]]:
