@@ -100,15 +100,18 @@ def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
             if "refused" in m
             else estimate_row(row, work, H200_GIB, HOST_GIB, m.get("ran") or {})
         )
-        ran = not (m.get("oom") or m.get("host_killed") or m.get("host_oom") or "refused" in m)
+        # a row that failed (OOM, host RAM, refused, a crash) has no peak to judge an estimate by
+        ran = not (m.get("oom") or m.get("host_killed") or m.get("host_oom") or "refused" in m
+                   or m.get("rc"))  # fmt: skip
         device = m.get("smi_proc_peak_gib", m.get("smi_peak_gib"))
         then = m.get("estimate") or {}
         out.append({
             "m": m,
-            "ran": ran and m.get("rc") == 0,
+            "ran": ran,
             "device": device if ran else None,
             "now": now,
-            "right_now": None if "error" in now else verdict_right(m, now, HOST_GIB),
+            "right_now": None if "error" in now or (m.get("rc") and not m.get("oom"))
+            else verdict_right(m, now, HOST_GIB),
             "err_now": None if "error" in now or not ran else pct(now["gpu_gib"], device),
             "err_then": pct(then.get("gpu_gib"), device) if ran else None,
         })  # fmt: skip
@@ -140,11 +143,13 @@ def memory() -> list[str]:
             a_in, a_n, worst = _within(rows, "err_now")
             judged = [r for r in rows if r["right_now"] is not None]
             right = sum(bool(r["right_now"]) for r in judged)
-            refused = len(rows) - len(judged)
+            refused = sum("error" in r["now"] for r in rows)
+            failed = len(rows) - len(judged) - refused
             summary.append(
                 f"| {name} | {len(rows)} of {len(mset.rows)} | {len(held)} | {h_in}/{h_n} "
                 f"| {a_in}/{a_n} | {worst:.1f}% | {right}/{len(judged)}"
                 + (f" ({refused} refused)" if refused else "")
+                + (f" ({failed} failed)" if failed else "")
                 + f" | {mset.committed} |"
             )
             detail += memory_set_table(name, mset.about, doc, rows)
@@ -314,7 +319,9 @@ def speed() -> list[str]:
         "(bench/workload.py pref-mix); \"vs trl-dpo\" divides by TRL's script's median. Tokens: "
         "each batch's real tokens, both sequences of a pair with their prompt, counted on the "
         "host the same way for both (TRL's template keeps the newline after each answer's "
-        "end-of-turn token, one token a sequence more than dojo's).",
+        "end-of-turn token, one token a sequence more than dojo's). A call run without the "
+        "warm-up (WARMUP=0) charges the first run of a system its cold start: compare min-max "
+        "before the medians.",
     )  # fmt: skip
     return out
 

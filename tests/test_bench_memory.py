@@ -33,6 +33,8 @@ FROZEN = {
     "heldout-qk-norms": "947fc66fe429ab85",
     "heldout-zero3-nockpt": "fd691104ef272446",
     "heldout-plain-full": "25c326f5f6806286",
+    "heldout-preference": "3034e672e704c72a",
+    "heldout-moe-offload-long": "b8bb27bd22b59505",
 }
 """Each set that has run: a fingerprint of its rows and their fit/held split. A held-out claim
 rests on the rows committed before they ran, so these never change; a new set gets its line
