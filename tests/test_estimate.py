@@ -447,7 +447,8 @@ def test_zero_1_2_keep_the_first_steps_fp64_norm_copy_reserved() -> None:
     # to the host are in flight stay held, whatever the segment mode (offload_reserve_expandable).
     off = Setup.of(**{**kw, "stage": 2, "offload": "cpu"})
     held = 2 * g2.params + 4 * g2.largest_layer_params
-    assert estimate(g2, off).fragmentation == held * off.calibration.offload_reserve_expandable
+    expected = held * off.calibration.offload_reserve_expandable
+    assert abs(estimate(g2, off).fragmentation - expected) < 1  # bytes
     # Qwen2.5-0.5B: the embedding is over a quarter of the model, so the flat bf16 gradient
     # (2 B x params) fits in the copy's hole and nothing stays
     q05 = resolve_model("qwen2.5-0.5b")

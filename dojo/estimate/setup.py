@@ -45,14 +45,15 @@ class Calibration:
     it flattens the 16-bit params (stage_1_and_2.py __init__) and the per-parameter fp32 grad
     copy it streams to the host (async_inplace_copy_grad_to_fp32_buffer_from_gpu). That these
     stay reserved whole is calibrated on the two 1B offload rows (8 and 15: 3.1 and 3.9 GiB)."""
-    offload_reserve_expandable: float = 1.0
-    """The same, in the same units, under expandable segments (dojo's default allocator). Best
-    guess 1.0 by the second mechanism above, which the segment mode does not change: each
+    offload_reserve_expandable: float = 0.64
+    """The same, in the same units, under expandable segments (dojo's default allocator): each
     gradient is freed while its copy to the host is still in flight on a side stream
     (stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu, _record_gradient_stream),
     and the allocator keeps a block recorded on another stream until that stream's event has
-    passed, so the backward's gradients pile up as free-but-held pages. Not yet measured: to be
-    fitted on the fit rows of bench/rows.py heldout-moe-offload-long only."""
+    passed, so the backward's gradients pile up as free-but-held pages; the segment mode lets
+    about two thirds of the default allocator's reserve stay. Fitted (least squares) on the two
+    fit rows of bench/rows.py heldout-moe-offload-long only (Qwen3-0.6B ZeRO-3, Llama-3.2-1B
+    ZeRO-2: 0.62 and 0.65 alone); its three held offload rows judge it."""
     kappa: float = 0.0
     """Transient flatten copy of a gradient bucket during reduction, in buckets (0-1 by the
     source; docs/estimate.md, "Communication buckets"). Measured 0 on the H200: overlap on/off
