@@ -2,6 +2,7 @@
 merged expert weights they make every forward, the dispatch's tensors per token, and QLoRA's
 fp32 load of the experts (dojo/estimate/moe.py, model.py _kbit_load_peak)."""
 
+import json
 from pathlib import Path
 
 from dojo.estimate import Setup, estimate
@@ -80,3 +81,19 @@ def test_all_linear_on_fused_experts_runs_without_dropout(cli) -> None:
     q15 = str(DATA / "qwen1.5-moe-a2.7b.config.json")
     assert "lora dropout 0" in cli("estimate", "--model", mix, "--method", "qlora").stderr
     assert "dropout" not in cli("estimate", "--model", q15, "--method", "lora").stderr
+
+
+def test_liger_resolves_off_where_liger_kernel_has_no_kernels(cli) -> None:
+    """The HF Trainer applies Liger by liger-kernel's model-type table and applies nothing to a
+    type it lacks (Qwen2-MoE), the fused loss included: dojo says so and estimates the unfused
+    loss, whether Liger was left to auto or asked for."""
+    q15 = str(DATA / "qwen1.5-moe-a2.7b.config.json")
+    for flags in ((), ("--liger", "on"), ("--liger", "loss")):
+        r = cli("estimate", "--model", q15, "--method", "lora", "--json", *flags)
+        assert r.exit_code == 0, r.stderr
+        assert "liger off: liger-kernel has no kernels for qwen2_moe" in r.stderr
+        off = cli("estimate", "--model", q15, "--method", "lora", "--json", "--liger", "off")
+        assert json.loads(r.stdout)["rows"] == json.loads(off.stdout)["rows"]
+        assert json.loads(r.stdout)["runs"][0]["kernels"]["liger"] == "off"
+    mix = cli("estimate", "--model", str(DATA / "mixtral-8x7b.config.json"), "--method", "lora")
+    assert "liger on: CUDA with liger-kernel" in mix.stderr

@@ -18,6 +18,16 @@ VARLEN_AUTO_MODELS = ("llama", "qwen2", "qwen3")
 """--attn auto picks sdpa_varlen for these (measured on Llama and Qwen2.5; Qwen3 is Qwen2's
 attention with q/k norms before it). Not Mistral (its sliding window is not passed to the kernel)
 nor models dojo does not know."""
+LIGER_MODEL_TYPES = frozenset((
+    "deepseek_v2", "deepseek_v3", "exaone4", "falcon_h1", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "glm4", "gpt_oss", "granite", "hunyuan_v1_dense", "hunyuan_v1_moe", "llama",
+    "llama4", "llama4_text", "ministral", "mistral", "mixtral", "nemotron", "olmo2", "olmo3",
+    "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen3_next", "smollm3",
+))  # fmt: skip
+"""Text model types liger-kernel 0.8 has kernels for (MODEL_TYPE_TO_APPLY_LIGER_FN). The HF
+Trainer applies Liger by that table; for any other type it warns and applies nothing, not even
+the fused loss (e.g. Qwen2-MoE), so dojo resolves Liger off there and estimates the unfused
+loss."""
 NO_SOFTCAP = {
     "sdpa": "SDPA (transformers refuses it for soft-capped models)",
     "sdpa_varlen": "PyTorch's FlashAttention kernel",
@@ -153,6 +163,12 @@ def resolve_kernels(
     precision = k.precision if k.precision != "auto" else ("bf16" if cuda else "fp32")
     compiled = k.compile == "on"
     liger = k.liger
+    model_type = getattr(spec, "model_type", None)
+    if liger != "off" and model_type is not None and model_type not in LIGER_MODEL_TYPES:
+        if cuda and machine.liger:
+            said.append(f"liger off: liger-kernel has no kernels for {model_type} (the HF "
+                        "Trainer would apply none, the fused loss included)")  # fmt: skip
+        liger = "off"
     if liger == "auto":
         if preference:
             liger = "off"
