@@ -187,6 +187,7 @@ def test_preference_data_lengths(bench: None, tmp_path: Path) -> None:
     """Memory pairs: every sequence (prompt + either answer) runs past seq-len, so dojo cuts each
     to exactly seq-len; the speed mix: prompt + longer answer within the max length, so (almost)
     nothing is cut, by the bundled tokenizer."""
+    pytest.importorskip("tokenizers")  # the train extra's
     from tokenizers import Tokenizer
 
     from dojo.train.tiny import build_tiny_tokenizer
