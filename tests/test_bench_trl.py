@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.examples import save_bench_llama
+
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 
@@ -23,22 +25,10 @@ MB, SEQ, STEPS = 2, 256, 3
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A 2-layer Llama (hidden 64) with random weights, dojo's tiny tokenizer, the bench data."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     pytest.importorskip("trl")
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from dojo.train.tiny import build_tiny_tokenizer
-
     root = tmp_path_factory.mktemp("bench-trl")
-    cfg = AutoConfig.for_model(
-        "llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, vocab_size=1024,
-        max_position_embeddings=4096, tie_word_embeddings=True,
-        pad_token_id=0, bos_token_id=1, eos_token_id=4,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(root / "model")
-    build_tiny_tokenizer(root / "model")
+    save_bench_llama(root / "model")
     sys.path.insert(0, str(BENCH))
     try:
         import workload

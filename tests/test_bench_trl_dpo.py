@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.examples import save_bench_llama
+
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 
@@ -41,24 +43,12 @@ def bench_modules() -> object:
 def tiny(tmp_path_factory: pytest.TempPathFactory, bench_modules: object) -> dict[str, Path]:
     """A 2-layer Llama (hidden 64) with random weights, dojo's tiny tokenizer, the bench data:
     pairs longer than SEQ (each sequence truncated to SEQ) and the preference mix's first 64."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     pytest.importorskip("trl")
     pytest.importorskip("deepspeed")
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from dojo.train.tiny import build_tiny_tokenizer
-
     _, _, workload = bench_modules  # type: ignore[misc]
     root = tmp_path_factory.mktemp("bench-trl-dpo")
-    cfg = AutoConfig.for_model(
-        "llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, vocab_size=1024,
-        max_position_embeddings=4096, tie_word_embeddings=True,
-        pad_token_id=0, bos_token_id=1, eos_token_id=4,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(root / "model-l1b")
-    build_tiny_tokenizer(root / "model-l1b")
+    save_bench_llama(root / "model-l1b")
     fixed = workload.preference_fixed_data(root / "data", SEQ)
     mix = root / "data" / "pref-mix-64.jsonl"
     full = workload.preference_mix_data(root / "data")
