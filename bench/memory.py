@@ -118,6 +118,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def memsnap_env(row: Row) -> dict[str, str]:
+    """With DOJO_BENCH_MEMSNAP=DIR, each row's allocator history goes to DIR/<row label>/."""
+    top = os.environ.get("DOJO_BENCH_MEMSNAP")
+    return {"DOJO_BENCH_MEMSNAP": os.path.join(top, row.label())} if top else {}
+
+
 def command(row: Row, model: Path, data: Path, run_dir: Path, gpu: int = 0) -> list[str]:
     """The argv that runs the row on GPU `gpu`."""
     if row.system == "plain":
@@ -497,7 +503,7 @@ def run_gpu(a: argparse.Namespace) -> None:
             log = (work / f"{row.label()}.log").open("w")
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                env={**os.environ, "DOJO_DEBUG": "1", **alloc_env(row)},
+                env={**os.environ, "DOJO_DEBUG": "1", **alloc_env(row), **memsnap_env(row)},
             )  # fmt: skip
             with sampler.lock:
                 for other in running.values():

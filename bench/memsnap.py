@@ -52,6 +52,33 @@ def growths(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def at_peak(trace: list[dict[str, Any]], n: int = 15) -> tuple[int, list[tuple[int, int, str]]]:
+    """What the trace's allocations hold at their highest: (bytes above the trace's start, the
+    live blocks grouped by size and frames, largest total first: (total, count, "size at where")).
+    Blocks made before the trace began (weights, optimizer states) are not in it; an allocation
+    from the autograd engine's own thread has no Python frames ("backward")."""
+    live: dict[int, tuple[int, str]] = {}
+    now = top = 0
+    best: dict[int, tuple[int, str]] = {}
+    for ev in trace:
+        act, size = ev.get("action"), int(ev.get("size", 0))
+        if act == "alloc":
+            frames = ev.get("frames", [])
+            live[int(ev.get("addr", id(ev)))] = (size, _where(frames) if frames else "backward")
+            now += size
+            if now > top:
+                top, best = now, dict(live)
+        elif act == "free_completed":
+            gone = live.pop(int(ev.get("addr", -1)), None)
+            now -= gone[0] if gone else size
+    groups: dict[tuple[int, str], int] = {}
+    for size, where in best.values():
+        groups[(size, where)] = groups.get((size, where), 0) + 1
+    rows = sorted(((size * k, k, f"{size / GIB:.3f} GiB at {where}") for (size, where), k in
+                   groups.items()), reverse=True)  # fmt: skip
+    return top, rows[:n]
+
+
 def holes(segments: list[dict[str, Any]], n: int = 12) -> list[tuple[int, int, int]]:
     """The largest free blocks inside the reserve at snapshot time: (size, segment, stream)."""
     free = [
@@ -78,6 +105,10 @@ def summarize(snap: dict[str, Any], marks: list[str] | None = None, top: int = 1
             f"  +{g['size'] / GIB:6.3f} GiB -> reserved {g['reserved'] / GIB:6.2f}, allocated "
             f"{g['allocated'] / GIB:6.2f} GiB; request {g['request'] / GIB:.3f} GiB at {g['where']}"
         )
+    top, live = at_peak(trace)
+    lines.append(f"the trace's own allocations at their peak: {top / GIB:.2f} GiB; the largest:")
+    for total, k, what in live:
+        lines.append(f"  {total / GIB:6.3f} GiB = {k} x {what}")
     lines.append("largest free blocks (holes) in the reserve:")
     for size, seg, stream in holes(segs):
         lines.append(f"  {size / GIB:6.3f} GiB in segment {seg} (stream {stream})")

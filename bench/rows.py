@@ -657,6 +657,29 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "l1b", 2, "lora", liger=False, packing=False, alloc=EXP, extra=("--objective", "simpo")),
         ),
     ),
+    "heldout-moe-families": MemorySet(
+        about="The Qwen3-MoE and Mixtral rows of heldout-moe-offload-long again, every one held: "
+        "there they crashed before a step (PEFT refused LoRA dropout on fused experts; dojo now "
+        "resolves it to 0), so they judged nothing and nothing was fitted on them. Beside them, "
+        "four fit rows run again for the allocator's history at their peak "
+        "(DOJO_BENCH_MEMSNAP): ORPO and SimPO (over by 22-25% in heldout-preference, where they "
+        "were held; from here they are fit rows), and QLoRA and full fine-tuning without "
+        "DeepSpeed (fit rows of heldout-moe-offload-long, -15% and +11%).",
+        committed="HEAD",
+        was="bench/rows.py",
+        rows=(
+            Row(F, D, "l1b", -1, micro_batch=2, alloc=EXP),
+            Row(H, D, "q3moe", 2, "lora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3moe", 2, "lora", micro_batch=4, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3moe", 3, "lora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3moe", -1, "lora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "mix", 2, "lora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "mix", 2, "lora", micro_batch=2, alloc=EXP),
+            Row(F, D, "l1b", 2, "lora", liger=False, packing=False, alloc=EXP, extra=("--objective", "orpo")),
+            Row(F, D, "l1b", 2, "lora", liger=False, packing=False, alloc=EXP, extra=("--objective", "simpo")),
+            Row(F, D, "q15", -1, "qlora", grad_ckpt=True, alloc=EXP),
+        ),
+    ),
 }
 # fmt: on
 

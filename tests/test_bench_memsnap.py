@@ -48,3 +48,21 @@ def test_memsnap_names_the_allocation_that_grew_the_reserve(memsnap: object) -> 
     text = m.summarize({"device_traces": [trace], "segments": segs}, ["step 1: ..."])  # type: ignore[attr-defined]
     assert text.startswith("step 1: ...\nat the snapshot: 1 segments, reserved 4.00 GiB")
     assert "+ 3.000 GiB -> reserved   5.00, allocated   1.00 GiB; request 3.000 GiB at step" in text
+
+
+def test_memsnap_lists_what_is_live_at_the_peak(memsnap: object) -> None:
+    m = memsnap
+    g = 2**30
+    head = [{"filename": "/x/trl/experimental/orpo/orpo_trainer.py", "line": 7, "name": "fwd"}]
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 2 * g, "frames": head},
+        {"action": "alloc", "addr": 2, "size": g, "frames": []},
+        {"action": "alloc", "addr": 3, "size": g, "frames": []},
+        {"action": "free_completed", "addr": 2, "size": g},
+        {"action": "free_completed", "addr": 3, "size": g},
+        {"action": "alloc", "addr": 4, "size": g, "frames": head},  # 3 GiB: not the peak
+    ]
+    top, live = m.at_peak(trace)  # type: ignore[attr-defined]
+    assert top == 4 * g
+    assert live == [(2 * g, 2, "1.000 GiB at backward"),
+                    (2 * g, 1, "2.000 GiB at fwd (orpo_trainer.py:7)")]  # fmt: skip

@@ -97,3 +97,26 @@ def test_liger_resolves_off_where_liger_kernel_has_no_kernels(cli) -> None:
         assert json.loads(r.stdout)["runs"][0]["kernels"]["liger"] == "off"
     mix = cli("estimate", "--model", str(DATA / "mixtral-8x7b.config.json"), "--method", "lora")
     assert "liger on: CUDA with liger-kernel" in mix.stderr
+
+
+def test_liger_spares_the_experts_lora_adapts(cli, monkeypatch) -> None:
+    """Liger's MoE kernel would replace the forward of PEFT's wrapper of the fused experts, so
+    dojo runs Liger there without its SwiGLU (the worker's kernel config) and the estimate
+    gives the MLPs no SwiGLU saving (2i a token a layer); named targets leave them to Liger."""
+    import dojo.estimate.activations as act
+
+    on = LORA.changed(liger="on", grad_ckpt=False)
+    kept, *_ = activation_phases(MIX, on)
+    monkeypatch.setattr(act, "_experts_spared", lambda spec, s: False)
+    with_swiglu, *_ = activation_phases(MIX, on)
+    monkeypatch.undo()
+    assert kept - with_swiglu == 2 * MIX.active_intermediate_size * 2 * 2048 * MIX.num_layers
+    assert act._experts_spared(MIX, on) and not act._experts_spared(MIX, on.changed(liger="off"))
+    assert not act._experts_spared(MIX, on.changed(lora_targets="q_proj,v_proj"))
+    assert not act._experts_spared(resolve_model("llama-3.2-1b"), on)
+    mix = str(DATA / "mixtral-8x7b.config.json")
+    said = "liger on without its SwiGLU kernel: LoRA adapts mixtral's fused experts"
+    assert said in cli("estimate", "--model", mix, "--method", "lora").stderr
+    assert said not in cli("estimate", "--model", mix, "--method", "lora",
+                           "--lora-targets", "q_proj,v_proj").stderr  # fmt: skip
+    assert "without its SwiGLU" not in cli("estimate", "--model", mix, "--method", "full").stderr

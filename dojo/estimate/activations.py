@@ -6,6 +6,7 @@ import math
 from dojo.estimate.moe import merged_expert_bytes, moe_saved_per_token
 from dojo.estimate.setup import Setup
 from dojo.modelspec import SOFTCAP_MODEL_TYPES, ModelSpec
+from dojo.run.groups.kernels import liger_spares_experts
 
 BF16 = 2
 FP32 = 4
@@ -62,7 +63,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         # output (-8h by that count) and its SwiGLU keeps gate and up but not silu(gate) (-2i).
         # Measured on the H200 (docs/benchmarks.md rows 1-5) the layer saves 14h + 2i less.
         per_token -= int(cal.liger_full_saved_per_token_h * h) + 2 * i
-    elif kernels or s.kernels.compiled:
+    elif (kernels and not _experts_spared(spec, setup)) or s.kernels.compiled:
         # Frozen base: HF norms keep no weight-grad inputs there (already excluded above). A
         # compiled layer gets the SwiGLU saving too: Inductor's min-cut partitioner recomputes
         # the cheap silu(gate) in the backward rather than keep it (five compile LoRA rows on
@@ -141,6 +142,14 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     if s.zero.stage == 3 and s.deepspeed and not s.kernels.grad_ckpt and full_kernels:
         kept += int(cal.zero3_kept_per_token_h * tokens * h) * spec.num_layers
     return int(kept), int(logits + loss_tail), int(layer_extra), int(logits)
+
+
+def _experts_spared(spec: ModelSpec, s: Setup) -> bool:
+    """Liger runs without its SwiGLU kernel: LoRA adapts the fused experts
+    (dojo.run.groups.kernels.LIGER_SPARE_EXPERTS), so the MLPs keep what transformers' keep."""
+    return liger_spares_experts(
+        s.kernels.liger_kernels, s.run.model.adapters, s.lora.target_names, spec.model_type
+    )
 
 
 def _gemma_norms(spec: ModelSpec) -> bool:

@@ -8,7 +8,12 @@ problem, each with its hint.
 from typing import Any
 
 from dojo.errors import ConfigError
-from dojo.run.groups.kernels import kernel_problems, resolve_kernels, softcap_problem
+from dojo.run.groups.kernels import (
+    kernel_problems,
+    liger_spares_experts,
+    resolve_kernels,
+    softcap_problem,
+)
 from dojo.run.groups.loop import loop_problems, resolve_loop
 from dojo.run.groups.lora import (
     expert_dropout_problem,
@@ -84,6 +89,11 @@ def resolve(
     loop = resolve_loop(o.loop, full=full, cuda=machine.cuda, ds_optimizer=o.zero.optimizer == "ds",
                         evaluates=o.data.evaluates, save_steps=o.output.save_steps,
                         preference=preference)  # fmt: skip
+    lora = resolve_lora(o.lora, spec, o.model.adapters, said)
+    model_type = getattr(spec, "model_type", None)
+    if liger_spares_experts(kernels.liger_kernels, o.model.adapters, lora.target_names, model_type):
+        said.append(f"liger on without its SwiGLU kernel: LoRA adapts {model_type}'s fused "
+                    "experts, which Liger's MoE kernel would run without the adapters")  # fmt: skip
     if machine.assumed:
         said.insert(0, f"machine: {machine.describe()}")
     return Run(
@@ -92,7 +102,7 @@ def resolve(
         data=o.data,
         zero=zero,
         kernels=kernels,
-        lora=resolve_lora(o.lora, spec, o.model.adapters, said),
+        lora=lora,
         loop=loop,
         output=resolve_output(o.output, o.loop.max_steps),
         devices=o.devices,

@@ -196,6 +196,36 @@ def test_training_args_spell_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert stop.early_stopping_patience == 2
 
 
+def test_liger_keeps_off_fused_experts_that_lora_adapts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The HF Trainer applies Liger after PEFT has wrapped the fused experts: Liger's MoE kernel
+    would replace the wrapper's forward (and fail on it), so such a run gets Liger without its
+    SwiGLU; other models, named targets and full fine-tuning keep Liger's defaults."""
+    from dojo.train.worker.args import build_training_args, spare_fused_experts
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tensorboard"))
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 0}}))
+
+    def job_of(run: Any) -> SimpleNamespace:
+        return SimpleNamespace(run=run, run_dir=str(tmp_path), ds_config=str(tmp_path / "ds.json"))
+
+    job = job_of(run_of(method="lora").replace(liger="on"))
+    for model_type, spared in (("qwen3_moe", True), ("mixtral", True), ("llama", False)):
+        args = build_training_args(job)
+        spare_fused_experts(args, job.run, model_type)
+        assert (args.liger_kernel_config == {"swiglu": False}) is spared, model_type
+    named = job.run.replace(lora_targets="q_proj,v_proj")
+    for run in (named, run_of(method="full").replace(liger="on")):
+        args = build_training_args(job_of(run))
+        spare_fused_experts(args, run, "qwen3_moe")
+        assert args.liger_kernel_config is None
+    loss_only = job.run.replace(liger="loss")  # no layer kernels: nothing to spare
+    args = build_training_args(job_of(loss_only))
+    spare_fused_experts(args, loss_only, "qwen3_moe")
+    assert args.liger_kernel_config["swiglu"] is False and args.liger_kernel_config["rms_norm"] is False
+
+
 def test_progress_plain_lines_have_eta(capsys: pytest.CaptureFixture[str]) -> None:
     from dojo.train.worker.callbacks import Progress
 

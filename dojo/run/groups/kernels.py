@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dojo.modelspec import SOFTCAP_MODEL_TYPES
+from dojo.modelspec import LORA_FUSED_EXPERT_TYPES, SOFTCAP_MODEL_TYPES
 from dojo.run.field import ALL, PLAN, OnOff, opt
 from dojo.run.machine import Machine, conf_expandable
 
@@ -28,6 +28,13 @@ LIGER_MODEL_TYPES = frozenset((
 Trainer applies Liger by that table; for any other type it warns and applies nothing, not even
 the fused loss (e.g. Qwen2-MoE), so dojo resolves Liger off there and estimates the unfused
 loss."""
+LIGER_SPARE_EXPERTS = {"swiglu": False}
+"""Liger's kernel config when LoRA adapts a model's fused experts. liger-kernel 0.8 rebinds the
+forward of the module at ``mlp.experts`` to its fused MoE kernel (LigerExperts), but the HF
+Trainer applies Liger after PEFT has put its ParamWrapper there, whose forward then fails
+(``'ParamWrapper' object has no attribute 'hidden_dim'``) and would skip the adapters if it ran.
+SwiGLU off leaves the experts (and every MLP) to transformers; norms, RoPE and the fused loss
+stay Liger's."""
 NO_SOFTCAP = {
     "sdpa": "SDPA (transformers refuses it for soft-capped models)",
     "sdpa_varlen": "PyTorch's FlashAttention kernel",
@@ -100,6 +107,17 @@ class KernelOptions:
     def liger_kernels(self) -> bool:
         """Liger's RMSNorm / SwiGLU / RoPE kernels too (--liger on)."""
         return self.liger == "on"
+
+
+def liger_spares_experts(
+    liger_kernels: bool, adapters: bool, target_names: tuple[str, ...] | None, model_type: Any
+) -> bool:
+    """Liger's layer kernels run without their SwiGLU (``LIGER_SPARE_EXPERTS``): LoRA's
+    all-linear adapts this model type's fused experts."""
+    return (
+        liger_kernels and adapters and target_names is None
+        and model_type in LORA_FUSED_EXPERT_TYPES
+    )  # fmt: skip
 
 
 def kernel_problems(k: KernelOptions, packing: bool, machine: Machine) -> list[tuple[str, str]]:

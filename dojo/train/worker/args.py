@@ -10,6 +10,7 @@ from typing import Any
 
 from transformers import TrainingArguments
 
+from dojo.run.groups.kernels import LIGER_SPARE_EXPERTS, liger_spares_experts
 from dojo.train.worker.callbacks import print0
 
 LOGGING_RATIO = 0.01
@@ -38,6 +39,15 @@ def build_training_args(job: Any) -> TrainingArguments:
         config: TrainingArguments = build_config(job.run, kwargs)
         return config
     return TrainingArguments(**kwargs)
+
+
+def spare_fused_experts(args: TrainingArguments, run: Any, model_type: str) -> None:
+    """Once the model's type is known (before the Trainer applies Liger): Liger without its
+    SwiGLU when LoRA adapts fused experts (dojo.run.groups.kernels.LIGER_SPARE_EXPERTS)."""
+    if liger_spares_experts(
+        run.kernels.liger_kernels, run.model.adapters, run.lora.target_names, model_type
+    ):
+        args.liger_kernel_config = {**(args.liger_kernel_config or {}), **LIGER_SPARE_EXPERTS}
 
 
 def training_kwargs(job: Any) -> dict[str, Any]:

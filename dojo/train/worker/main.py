@@ -31,7 +31,12 @@ from dojo.train import rank_status
 from dojo.train.preflight import has_weights
 from dojo.train.worker import data as worker_data
 from dojo.train.worker import serving
-from dojo.train.worker.args import build_training_args, eval_callbacks, fit_z3_leaf
+from dojo.train.worker.args import (
+    build_training_args,
+    eval_callbacks,
+    fit_z3_leaf,
+    spare_fused_experts,
+)
 from dojo.train.worker.callbacks import (
     CheckpointMarker,
     Measures,
@@ -412,6 +417,7 @@ def train(job: Job) -> int:
     template = worker_data.pick_template(job, tokenizer)
     added = serving.prepare_tokenizer(tokenizer, template, run)
     model = load_model(run, weights)
+    spare_fused_experts(training_args, run, model.config.model_type)
     serving.fit_embeddings(model, tokenizer, run, added)
     if not run.objective.preference:
         model = apply_lora(model, run)  # a preference trainer wraps it itself (objectives.py)
