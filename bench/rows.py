@@ -665,7 +665,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "(DOJO_BENCH_MEMSNAP): ORPO and SimPO (over by 22-25% in heldout-preference, where they "
         "were held; from here they are fit rows), and QLoRA and full fine-tuning without "
         "DeepSpeed (fit rows of heldout-moe-offload-long, -15% and +11%).",
-        committed="HEAD",
+        committed="77ebf42",
         was="bench/rows.py",
         rows=(
             Row(F, D, "l1b", -1, micro_batch=2, alloc=EXP),
