@@ -161,6 +161,20 @@ def test_loss_term_follows_each_trainer() -> None:
     assert dpo.full_logits is False and orpo.full_logits is True
 
 
+def test_orpo_and_simpo_reserve_bf16_logits_blocks() -> None:
+    """Under expandable segments the reserve left at the peak is a share of the loss's largest
+    block: HF's fp32 copy of the logits for SFT, the bf16 logits themselves for ORPO/SimPO."""
+    spec = resolve_model("1b")
+    sft = _est(method="lora", micro_batch=4, liger="off", packing=False)  # the same 4 x 1024
+    orpo = _est(method="lora", objective="orpo")
+    simpo = _est(method="lora", objective="simpo")
+    assert sft.setup.kernels.expandable and orpo.setup.kernels.expandable
+    bf16_logits = 2 * 4 * 1024 * spec.vocab_size
+    share = sft.setup.calibration.expandable_logits_reserve
+    assert sft.fragmentation == pytest.approx(share * 2 * bf16_logits, rel=0.01)
+    assert orpo.fragmentation == simpo.fragmentation == pytest.approx(share * bf16_logits, abs=1)
+
+
 def test_zero3_lora_adapters_are_bf16_under_trl() -> None:
     sft = _est(method="lora", stage=3)
     dpo = _est(method="lora", stage=3, objective="dpo")

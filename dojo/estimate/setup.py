@@ -80,14 +80,18 @@ class Calibration:
     loss_bytes_per_logit: float = 12.0
     """fp32 upcast + log-softmax + its grad at the start of backward, bytes per logit (12.05
     measured on the CPU; docs/estimate.md, "Logits and loss")."""
-    orpo_bytes_per_logit: float = 8.0
-    """ORPO (TRL's ORPOTrainer, the model's own forward over both answers): the bf16 logits, each
-    row's log-softmax kept for backward (selective_log_softmax loops rows in bf16), the logits'
-    grad, and the chosen half's NLL (a shifted copy and its log-softmax: 2 B a logit of half
-    the rows): 2 + 2 + 2 + 2 B per logit. Counted from trl/experimental/orpo, not measured."""
-    cpo_bytes_per_logit: float = 6.0
-    """SimPO (TRL's CPOTrainer with cpo_alpha 0: no NLL term): 2 + 2 + 2 B per logit, as ORPO's
-    count without the NLL. Not measured."""
+    orpo_bytes_per_logit: float = 5.0
+    """ORPO (TRL's ORPOTrainer, the model's own forward over both answers), bytes per logit at
+    its peak, in the chosen half's NLL backward: the gradient of the logits from the log-prob
+    term (2 B: TRL's Triton log-prob kernel keeps only the logits, whose grad it makes in bf16,
+    and they are freed once that backward ran), the NLL's grad through its slice of the logits
+    (2 B) and of the shifted chosen half (1 B). Read from the allocator's history at the peak on
+    the H200 (heldout-moe-families, fit row: 2 x 3.91 + 1.96 GiB beside the layers' tensors at
+    4 x 2 x 2048 tokens, 128k vocabulary)."""
+    cpo_bytes_per_logit: float = 4.0
+    """SimPO (TRL's CPOTrainer with cpo_alpha 0: no NLL term): the bf16 logits and the log-prob
+    kernel's bf16 grad of them, at the start of the backward (2 + 2 B; the same history, fit
+    row: 3.91 + 3.91 GiB)."""
     loss_tail_bytes_per_th: float = 26.0
     """Final norm and lm_head input alive at the loss peak, bytes per token x hidden (measured
     on the CPU; docs/estimate.md, "Gradient checkpointing")."""
@@ -96,7 +100,8 @@ class Calibration:
     blocks (4 B x tokens x vocab). Segments grow in place, so the step's flat transients reuse
     the backward's pages and nothing is held twice, but the freed loss blocks still leave holes
     that the next forward's smaller tensors split. Fitted on eight H200 rows under expandable
-    segments without Liger (0.54-0.73, one Gemma-2 row 1.03; median 0.6)."""
+    segments without Liger (0.54-0.73, one Gemma-2 row 1.03; median 0.6). ORPO and SimPO make no
+    fp32 copy: their largest loss block is the bf16 logits (``model._allocator_reserve``)."""
     cpu_process_gib: float = 2.5
     """Host RAM of one training process before any model state (python, torch, CUDA libs,
     data): 2.8-3.1 GiB measured in total on the H200 rows without offload."""
