@@ -172,7 +172,8 @@ def test_orpo_and_simpo_reserve_bf16_logits_blocks() -> None:
     bf16_logits = 2 * 4 * 1024 * spec.vocab_size
     share = sft.setup.calibration.expandable_logits_reserve
     assert sft.fragmentation == pytest.approx(share * 2 * bf16_logits, rel=0.01)
-    assert orpo.fragmentation == simpo.fragmentation == pytest.approx(share * bf16_logits, abs=1)
+    assert orpo.fragmentation == simpo.fragmentation  # (+ the same 1 MiB step-pages share)
+    assert orpo.fragmentation == pytest.approx(share * bf16_logits, rel=0.01)
 
 
 def test_zero3_lora_adapters_are_bf16_under_trl() -> None:
