@@ -745,3 +745,21 @@ def test_fp32_precision_is_said_to_be_unmodelled(l7) -> None:
     notes = estimate(l7, Setup.of(stage="none", precision="fp32")).notes
     assert notes[0].startswith("--precision fp32 is not modelled")
     assert not estimate(l7, Setup.of(stage="none")).notes
+
+
+def test_kbit_prep_makes_the_mlp_fp32(monkeypatch) -> None:
+    """QLoRA without DeepSpeed (PEFT's k-bit prep, fp32 residual stream): bitsandbytes' 4-bit
+    linear returns its input's dtype, so gate and up (and silu(gate) where it is kept) are kept
+    in fp32, and down_proj's input gradient from the base and the adapter is fp32 at the layer's
+    backward (bench/kbit_saved_cpu.py; the allocator's history of a Qwen2.5-1.5B run)."""
+    spec = resolve_model("qwen2.5-1.5b")
+    i, tokens, layers = spec.intermediate_size, 2 * 1024, spec.num_layers
+    for liger, kept_mlp in (("off", 3), ("on", 2)):
+        s = Setup.of(stage="none", method="qlora", micro_batch=2, seq_len=1024, liger=liger)
+        assert s.fp32_rest
+        kept, _, layer, _ = activation_phases(spec, s)
+        monkeypatch.setattr(type(s), "fp32_rest", property(lambda self: False))
+        kept_bf16, _, layer_bf16, _ = activation_phases(spec, s)
+        monkeypatch.undo()
+        assert kept - kept_bf16 == layers * 2 * i * kept_mlp * tokens
+        assert layer - layer_bf16 == (2 * kept_mlp + 4) * i * tokens

@@ -58,6 +58,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
             per_token += _zero3_frozen_inputs(spec, setup, i)
     kernels = s.kernels.fused_loss and s.kernels.liger_kernels
     norm = _norm_bytes(spec, setup)
+    silu_kept = s.run.model.method != "full"  # a frozen base's silu(gate), kept for the product
     if kernels and s.run.model.method == "full":
         # Liger's RMSNorm keeps its bf16 input + fp32 rstd instead of HF's fp32 copy + bf16
         # output (-8h by that count) and its SwiGLU keeps gate and up but not silu(gate) (-2i).
@@ -69,6 +70,12 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         # the cheap silu(gate) in the backward rather than keep it (five compile LoRA rows on
         # the H200: allocated +1.4% to +10.3% without this, -2.5% to +3.0% with it).
         per_token -= 2 * i
+        silu_kept = False
+    if s.fp32_rest:
+        # PEFT's k-bit prep leaves the residual stream fp32, and bitsandbytes' 4-bit linear
+        # returns its input's dtype: gate and up (and silu(gate) where it is kept) are fp32,
+        # 2 B more a value (+6.25 i a token without Liger on the CPU: bench/kbit_saved_cpu.py).
+        per_token += 2 * i * (3 if silu_kept else 2)
     if not (s.run.model.method == "full" and (kernels or s.kernels.compiled)):
         # The counts above take transformers' Llama norm for the layer's two norms (6 B a value
         # with a training weight, 4 B frozen); Gemma's keeps an fp32 output (8 B), and a frozen
@@ -116,6 +123,12 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.kernels.grad_ckpt else a_layer + bias
     factor = cal.recompute_factor if s.run.model.method == "full" else cal.recompute_factor_frozen
     layer_extra = (factor * a_layer if s.kernels.grad_ckpt else a_layer) + bias
+    if s.fp32_rest:
+        # ... and the gradient of down_proj's input, from the 4-bit base and from the adapter,
+        # is fp32 too: 2 x 2 B more a value at that layer's backward (the allocator's history at
+        # the peak of a Qwen2.5-1.5B QLoRA run without DeepSpeed on the H200 holds four fp32
+        # tokens x intermediate blocks there: gate, up and these two).
+        layer_extra += 2 * BF16 * i * tokens
     # Adapters on fused experts: each MoE layer's forward makes the merged expert weights and
     # keeps them; the backward adds their grad, and a recomputed layer makes them again.
     merged = merged_expert_bytes(spec, setup)
