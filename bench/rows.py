@@ -680,6 +680,23 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(F, D, "q15", -1, "qlora", grad_ckpt=True, alloc=EXP),
         ),
     ),
+    "heldout-pref-loss-kbit": MemorySet(
+        about="Held rows for the two terms read from fit rows' allocator history in "
+        "heldout-moe-families: ORPO's and SimPO's loss (5 and 4 B a logit, the reserve in bf16 "
+        "logits blocks) on shapes and settings not measured with them (Qwen2.5-1.5B's 152k "
+        "vocabulary with checkpointing, full fine-tuning at ZeRO-3, QLoRA), and QLoRA without "
+        "DeepSpeed's fp32 MLP on Llama-3.2-1B and Qwen3-1.7B.",
+        committed="HEAD",
+        was="bench/rows.py",
+        rows=(
+            Row(H, D, "q15", 2, "lora", micro_batch=2, grad_ckpt=True, liger=False, packing=False, alloc=EXP, extra=("--objective", "orpo")),
+            Row(H, D, "q15", 2, "lora", micro_batch=2, grad_ckpt=True, liger=False, packing=False, alloc=EXP, extra=("--objective", "simpo")),
+            Row(H, D, "l1b", 3, micro_batch=1, liger=False, packing=False, alloc=EXP, extra=("--objective", "orpo")),
+            Row(H, D, "l3b", 2, "qlora", micro_batch=2, grad_ckpt=True, liger=False, packing=False, alloc=EXP, extra=("--objective", "simpo")),
+            Row(H, D, "l1b", -1, "qlora", micro_batch=4, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3", -1, "qlora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+        ),
+    ),
 }
 # fmt: on
 
