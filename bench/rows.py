@@ -686,7 +686,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "logits blocks) on shapes and settings not measured with them (Qwen2.5-1.5B's 152k "
         "vocabulary with checkpointing, full fine-tuning at ZeRO-3, QLoRA), and QLoRA without "
         "DeepSpeed's fp32 MLP on Llama-3.2-1B and Qwen3-1.7B.",
-        committed="HEAD",
+        committed="e441494",
         was="bench/rows.py",
         rows=(
             Row(H, D, "q15", 2, "lora", micro_batch=2, grad_ckpt=True, liger=False, packing=False, alloc=EXP, extra=("--objective", "orpo")),
