@@ -17,7 +17,7 @@ import torch
 from saved_tensors import counting
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Qwen2Config
 
-H, I, LAYERS, T = 256, 1024, 2, 512
+HIDDEN, INTER, LAYERS, T = 256, 1024, 2, 512
 
 
 def build(folder: str, prep: bool) -> torch.nn.Module:
@@ -51,7 +51,7 @@ def saved_by_module(model: torch.nn.Module) -> dict[str, float]:
 
 
 def main() -> None:
-    cfg = Qwen2Config(hidden_size=H, intermediate_size=I, num_hidden_layers=LAYERS,
+    cfg = Qwen2Config(hidden_size=HIDDEN, intermediate_size=INTER, num_hidden_layers=LAYERS,
                       num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)  # fmt: skip
     folder = tempfile.mkdtemp()
     AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(folder)
@@ -60,7 +60,7 @@ def main() -> None:
         if plain.get(name) != prepped[name]:
             print(f"{name:45s} {plain.get(name, 0):8.0f} -> {prepped[name]:8.0f} B per token")
     diff = prepped["layer 0"] - plain["layer 0"]
-    print(f"layer 0: +{diff:.0f} B per token = {diff / I:.2f} x intermediate_size")
+    print(f"layer 0: +{diff:.0f} B per token = {diff / INTER:.2f} x intermediate_size")
 
 
 if __name__ == "__main__":

@@ -223,7 +223,10 @@ def test_liger_keeps_off_fused_experts_that_lora_adapts(
     loss_only = job.run.replace(liger="loss")  # no layer kernels: nothing to spare
     args = build_training_args(job_of(loss_only))
     spare_fused_experts(args, loss_only, "qwen3_moe")
-    assert args.liger_kernel_config["swiglu"] is False and args.liger_kernel_config["rms_norm"] is False
+    assert (
+        args.liger_kernel_config["swiglu"] is False
+        and args.liger_kernel_config["rms_norm"] is False
+    )
 
 
 def test_progress_plain_lines_have_eta(capsys: pytest.CaptureFixture[str]) -> None:
