@@ -684,8 +684,10 @@ MEMORY_SETS: dict[str, MemorySet] = {
         about="Held rows for the two terms read from fit rows' allocator history in "
         "heldout-moe-families: ORPO's and SimPO's loss (5 and 4 B a logit, the reserve in bf16 "
         "logits blocks) on shapes and settings not measured with them (Qwen2.5-1.5B's 152k "
-        "vocabulary with checkpointing, full fine-tuning at ZeRO-3, QLoRA), and QLoRA without "
-        "DeepSpeed's fp32 MLP on Llama-3.2-1B and Qwen3-1.7B.",
+        "vocabulary with checkpointing, full fine-tuning at ZeRO-3, QLoRA), QLoRA without "
+        "DeepSpeed's fp32 MLP on Llama-3.2-1B and Qwen3-1.7B, and full fine-tuning in one "
+        "process without DeepSpeed or checkpointing, whose backward peaks before most grads "
+        "exist (Llama-3.2-3B; Qwen3-0.6B without Liger).",
         committed="e441494",
         was="bench/rows.py",
         rows=(
@@ -695,6 +697,8 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "l3b", 2, "qlora", micro_batch=2, grad_ckpt=True, liger=False, packing=False, alloc=EXP, extra=("--objective", "simpo")),
             Row(H, D, "l1b", -1, "qlora", micro_batch=4, grad_ckpt=True, alloc=EXP),
             Row(H, D, "q3", -1, "qlora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "l3b", -1, micro_batch=2, alloc=EXP),
+            Row(H, D, "q06", -1, micro_batch=4, liger=False, alloc=EXP),
         ),
     ),
 }

@@ -240,7 +240,14 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     if s.zero.level < 3 and s.zero.offload == "none":
         # DDP's buckets (no DeepSpeed) are built with the model, before the first backward.
         not_yet = grads + (comm_current if s.deepspeed else 0)
-    activations, logits = split_peak(kept, loss_phase, layer_phase, loss_term, not_yet)
+    later = _grads_after_layer_peak(spec, s, grads, kept)
+    activations, logits = split_peak(kept, loss_phase, layer_phase - later, loss_term, not_yet)
+    if later:
+        notes.append(
+            f"the backward peaks before most gradients exist (one process without DeepSpeed or "
+            f"checkpointing: torch makes each as the backward reaches it): "
+            f"{later / GIB:.1f} GiB of them are not yet made then, taken off the activ column"
+        )
     # The backward's working set in full (the loss blocks are allocated before the grads).
     churn = kept + max(loss_phase, layer_phase) + params_work + grads_work
     tokens = s.batch_rows * s.run.data.seq_len
@@ -430,6 +437,25 @@ def _z3_working_set(
     small = spec.num_layers * spec.norms_per_layer * spec.hidden_size + spec.hidden_size
     params_work = BF16 * min(unit + prefetched + reuse + small, storage_elems)
     return params_work, grads_work
+
+
+def _grads_after_layer_peak(spec: ModelSpec, s: Setup, grads: float, kept: float) -> float:
+    """Bytes of the gradients not yet made when the layer phase peaks, for full fine-tuning in
+    one process without DeepSpeed or checkpointing. torch makes each grad as the backward
+    reaches its parameter (the Trainer's zero_grad leaves them None; one process has no DDP
+    buckets), while each layer's backward frees what the layer kept: the phase peaks at the
+    first layer (every kept tensor, the head's grad and one layer's), or at the last where a
+    layer's grads outweigh what it frees (every grad). The allocator's history of a Llama-3.2-1B
+    run on the H200 holds, at its peak, no layer's grad beside the head's (heldout-moe-families,
+    fit row). Elsewhere 0: DeepSpeed and DDP allocate their gradient buffers whole, and a
+    checkpointed backward keeps little while every grad accumulates."""
+    if s.deepspeed or s.world_size > 1 or s.kernels.grad_ckpt or s.run.model.method != "full":
+        return 0.0
+    per_param = grads / max(1, spec.params)
+    layers = spec.num_layers
+    first = per_param * (spec.vocab_size * spec.hidden_size + spec.hidden_size + spec.layer_params)
+    last = grads - (layers - 1) * kept / layers
+    return max(0.0, grads - max(first, last))
 
 
 def _allocator_reserve(
