@@ -688,7 +688,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "DeepSpeed's fp32 MLP on Llama-3.2-1B and Qwen3-1.7B, and full fine-tuning in one "
         "process without DeepSpeed or checkpointing, whose backward peaks before most grads "
         "exist (Llama-3.2-3B; Qwen3-0.6B without Liger).",
-        committed="e441494",
+        committed="e441494 (6 rows); 286554f (+2 rows, before the set ran)",
         was="bench/rows.py",
         rows=(
             Row(H, D, "q15", 2, "lora", micro_batch=2, grad_ckpt=True, liger=False, packing=False, alloc=EXP, extra=("--objective", "orpo")),
