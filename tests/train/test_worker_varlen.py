@@ -203,3 +203,44 @@ def test_varlen_cuda_kernel_matches_masked_sdpa(lengths: tuple[int, ...]) -> Non
     torch.testing.assert_close(var.logits, ref.logits, atol=3e-2, rtol=3e-2)
     for p, q in zip(ref_model.parameters(), var_model.parameters(), strict=True):
         torch.testing.assert_close(q.grad, p.grad, atol=3e-2, rtol=5e-2)
+
+
+def test_fp32_query_under_autocast_takes_the_autocast_dtype() -> None:
+    """QLoRA without DeepSpeed hands attention fp32 q/k/v under bf16 autocast (k-bit prep's fp32
+    residual stream): sdpa_varlen runs them in bf16, as SDPA would, so a GPU takes the
+    FlashAttention kernel rather than the per-sample loop; outside autocast fp32 stays fp32."""
+    import torch
+
+    from dojo.train.worker.varlen import compute_dtype
+
+    q = torch.zeros(2, 3)
+    assert compute_dtype(q) == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compute_dtype(q) == torch.bfloat16
+        assert compute_dtype(q.to(torch.float16)) == torch.float16  # already 16-bit: kept
+
+
+@pytest.mark.gpu
+def test_varlen_cuda_fp32_under_autocast_takes_flash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp32 q/k/v under bf16 autocast (QLoRA without DeepSpeed: bitsandbytes' 4-bit linears
+    return the fp32 residual stream's dtype) reach the FlashAttention kernel in bf16, never the
+    per-sample loop, and match the per-sample SDPA over the same bf16 inputs."""
+    import torch
+
+    from dojo.train.worker import varlen
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(1, h, 256, 64, device="cuda", generator=g) for h in (4, 2, 2))
+    cu = [0, 70, 190, 256]
+    flat = [t.transpose(1, 2).reshape(256, t.shape[1], 64).bfloat16() for t in (q, k, v)]
+    expected = varlen._per_sample(*flat, cu, None, 0.0, None)
+
+    def no_loop(*a: Any, **kw: Any) -> None:
+        raise AssertionError("the per-sample loop ran on CUDA")
+
+    monkeypatch.setattr(varlen, "_per_sample", no_loop)
+    offsets = torch.tensor(cu, dtype=torch.int32)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out, _ = varlen.attention(None, q, k, v, None, cu_seq_lens_q=offsets, max_length_q=120)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.reshape(256, 4, 64), expected, atol=2e-2, rtol=2e-2)

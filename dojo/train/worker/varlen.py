@@ -18,8 +18,9 @@ How it is wired (transformers 5):
   ``cu_seq_lens_q/k`` and ``max_length_q/k``, as transformers' DataCollatorWithFlattening does for
   FlashAttention-2: the Trainer passes them to the model, which hands them to every attention call.
   The offsets are made on the loader's CPU side, so no layer waits on the GPU to find them.
-- Off CUDA, in fp32, or on a GPU older than Ampere (the kernel needs sm80), the same offsets drive
-  one causal SDPA call per sample: exact, slow, for CPU runs and tests.
+- Off CUDA, in fp32 without autocast, or on a GPU older than Ampere (the kernel needs sm80), the
+  same offsets drive one causal SDPA call per sample: exact, slow, for CPU runs and tests. An fp32
+  query under bf16/fp16 autocast (QLoRA without DeepSpeed) is cast to it, as SDPA would.
 - When every sample of the micro-batch has the same length (fixed-length data: one sample per
   row), there is nothing to skip: one causal SDPA call over [samples, heads, length, dim] lets
   PyTorch pick its fastest dense kernel, as the plain stack's unpacked rows do (a profile of 1B
@@ -70,6 +71,17 @@ def _per_sample(
     return torch.cat(out, 0)
 
 
+def compute_dtype(query: torch.Tensor) -> torch.dtype:
+    """The dtype attention runs in: the query's, or autocast's where an fp32 query arrives under
+    it, as SDPA itself casts. QLoRA without DeepSpeed is such a run: PEFT's k-bit prep keeps the
+    residual stream fp32 and bitsandbytes' 4-bit linears return it, so q, k and v come fp32, and
+    without this they would miss the FlashAttention kernel for the per-sample loop."""
+    kind = query.device.type
+    if query.dtype == torch.float32 and torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return query.dtype
+
+
 @torch.compiler.disable  # type: ignore[untyped-decorator]
 def attention(
     module: Any,
@@ -111,7 +123,9 @@ def attention(
         )
         return out.transpose(1, 2).reshape(b, s, h, d), None
     cuda = query.device.type == "cuda"
-    if cuda and query.dtype in _FLASH_DTYPES and _flash_capable(query.device.index or 0):
+    dtype = compute_dtype(query)
+    if cuda and dtype in _FLASH_DTYPES and _flash_capable(query.device.index or 0):
+        q, k, v = (t.to(dtype) for t in (q, k, v))
         cu = cu.to(device=query.device, dtype=torch.int32)
         extra = {"window_size_left": window - 1, "window_size_right": 0} if window else {}
         out = torch.ops.aten._flash_attention_forward(
