@@ -94,13 +94,13 @@ def _with(run: dict[str, Any], **model: Any) -> dict[str, Any]:
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs the train extra")
 def test_worker_loads_the_revision(tmp_path: Path) -> None:
-    from dojo.train.worker import main
+    from dojo.train.worker import model
 
     run = Run.from_dict(_with(_run_dict(), revision="v1", method="lora"))
-    assert main.hub_revision(run, "org/model") == {"revision": "v1"}
-    assert main.hub_revision(run, str(tmp_path)) == {}  # a local folder has no revisions
-    with patch.object(main.AutoModelForCausalLM, "from_pretrained") as load:
-        main.load_model(run, "org/model")
+    assert model.hub_revision(run, "org/model") == {"revision": "v1"}
+    assert model.hub_revision(run, str(tmp_path)) == {}  # a local folder has no revisions
+    with patch.object(model.AutoModelForCausalLM, "from_pretrained") as load:
+        model.load_model(run, "org/model")
     assert load.call_args.args == ("org/model",)
     assert load.call_args.kwargs["revision"] == "v1"
 

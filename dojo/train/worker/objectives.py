@@ -78,7 +78,7 @@ def build_config(run: Any, training_kwargs: dict[str, Any]) -> Any:
 
 def peft_config(model: Any, run: Any) -> Any:
     """The run's LoraConfig (TRL wraps the model and scores the reference with it disabled)."""
-    from dojo.train.worker.main import lora_config
+    from dojo.train.worker.model import lora_config
 
     return lora_config(model, run) if run.model.adapters else None
 
@@ -201,7 +201,7 @@ def reference_model(run: Any, weights: str, tokenizer: Any, added: list[str]) ->
     if reference(o.objective, not run.model.adapters, o.precompute_ref_log_probs) != "copy":
         return None
     from dojo.train.worker import serving
-    from dojo.train.worker.main import load_model
+    from dojo.train.worker.model import load_model
 
     ref = load_model(run, weights)
     serving.fit_embeddings(ref, tokenizer, run, added)
