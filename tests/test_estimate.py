@@ -778,7 +778,7 @@ def test_one_process_without_deepspeed_peaks_before_most_grads(l7) -> None:
     # a layer's grads outweigh what it frees: the peak is at the end, with every grad
     assert _grads_after_layer_peak(l7, s, grads, kept=0) == 0
     for other in (s.changed(grad_ckpt=True), s.changed(stage=0), s.changed(method="lora"),
-                  s.changed(gpus_per_node=2)):  # fmt: skip
+                  s.changed(gpus_per_node=2), s.changed(grad_accum=2)):  # fmt: skip
         assert _grads_after_layer_peak(l7, other, grads, kept=20 * 2**30) == 0
     e = estimate(l7, s)
     assert e.activations < estimate(l7, s.changed(stage=0)).activations

@@ -447,9 +447,13 @@ def _grads_after_layer_peak(spec: ModelSpec, s: Setup, grads: float, kept: float
     first layer (every kept tensor, the head's grad and one layer's), or at the last where a
     layer's grads outweigh what it frees (every grad). The allocator's history of a Llama-3.2-1B
     run on the H200 holds, at its peak, no layer's grad beside the head's (heldout-moe-families,
-    fit row). Elsewhere 0: DeepSpeed and DDP allocate their gradient buffers whole, and a
-    checkpointed backward keeps little while every grad accumulates."""
-    if s.deepspeed or s.world_size > 1 or s.kernels.grad_ckpt or s.run.model.method != "full":
+    fit row). Elsewhere 0: DeepSpeed and DDP allocate their gradient buffers whole, a
+    checkpointed backward keeps little while every grad accumulates, and with gradient
+    accumulation the second micro-batch's backward starts beside every grad of the first."""
+    one_process = not s.deepspeed and s.world_size == 1
+    if not one_process or s.kernels.grad_ckpt or s.run.model.method != "full":
+        return 0.0
+    if s.run.loop.grad_accum > 1:  # the next micro-batch's backward meets every grad
         return 0.0
     per_param = grads / max(1, spec.params)
     layers = spec.num_layers
