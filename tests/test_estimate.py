@@ -783,3 +783,6 @@ def test_one_process_without_deepspeed_peaks_before_most_grads(l7) -> None:
     e = estimate(l7, s)
     assert e.activations < estimate(l7, s.changed(stage=0)).activations
     assert any("not yet made then" in n for n in e.notes)
+    # accumulating: the second micro-batch's loss and layers stand beside every grad
+    acc = estimate(l7, s.changed(grad_accum=2))
+    assert acc.gpu_total - e.gpu_total >= grads - first
