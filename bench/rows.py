@@ -687,7 +687,8 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "vocabulary with checkpointing, full fine-tuning at ZeRO-3, QLoRA), QLoRA without "
         "DeepSpeed's fp32 MLP on Llama-3.2-1B and Qwen3-1.7B, and full fine-tuning in one "
         "process without DeepSpeed or checkpointing, whose backward peaks before most grads "
-        "exist (Llama-3.2-3B; Qwen3-0.6B without Liger).",
+        "exist (Llama-3.2-3B; Qwen3-0.6B without Liger), and gradient accumulation without "
+        "DeepSpeed and at ZeRO-2 (every grad beside the next micro-batch's loss, or not).",
         committed="e441494 (6 rows); 286554f (+2 rows, before the set ran)",
         was="bench/rows.py",
         rows=(
@@ -699,6 +700,8 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "q3", -1, "qlora", micro_batch=2, grad_ckpt=True, alloc=EXP),
             Row(H, D, "l3b", -1, micro_batch=2, alloc=EXP),
             Row(H, D, "q06", -1, micro_batch=4, liger=False, alloc=EXP),
+            Row(H, D, "q06", -1, micro_batch=2, liger=False, alloc=EXP, extra=("--grad-accum", "2")),
+            Row(H, D, "l1b", 2, micro_batch=2, liger=False, alloc=EXP, extra=("--grad-accum", "4")),
         ),
     ),
 }

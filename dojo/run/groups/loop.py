@@ -32,7 +32,7 @@ class LoopOptions:
     )  # fmt: skip
     grad_accum: int = opt(
         1, "Micro-batches per optimizer step", "TrainingArguments' default", lo=1, hi=65536,
-        example="4",
+        example="4", commands=PLAN,
     )  # fmt: skip
     optim: Optim = opt(
         "auto",
