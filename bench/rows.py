@@ -689,7 +689,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "process without DeepSpeed or checkpointing, whose backward peaks before most grads "
         "exist (Llama-3.2-3B; Qwen3-0.6B without Liger), and gradient accumulation without "
         "DeepSpeed and at ZeRO-2 (every grad beside the next micro-batch's loss, or not).",
-        committed="e441494 (6 rows); 286554f (+2 rows, before the set ran)",
+        committed="e441494 (6 rows); 286554f (+2 rows); 8b4c166 (+2 rows), each before the set ran",
         was="bench/rows.py",
         rows=(
             Row(H, D, "q15", 2, "lora", micro_batch=2, grad_ckpt=True, liger=False, packing=False, alloc=EXP, extra=("--objective", "orpo")),
