@@ -1,6 +1,7 @@
 """The memory model: comm buffers (both rules), model states, activations, phases, verdicts."""
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -786,3 +787,15 @@ def test_one_process_without_deepspeed_peaks_before_most_grads(l7) -> None:
     # accumulating: the second micro-batch's loss and layers stand beside every grad
     acc = estimate(l7, s.changed(grad_accum=2))
     assert acc.gpu_total - e.gpu_total >= grads - first
+
+
+@pytest.mark.parametrize("stage", ["none", 0, 1, 2])
+def test_accumulated_grads_stand_beside_the_next_loss(stage: Any) -> None:
+    """One micro-batch a step: the loss comes before any grad. With --grad-accum above 1 the
+    first micro-batch's grads wait for the next (param.grad, ZeRO-2's all_grad_tensors:
+    bench/accum_grads_cpu.py), so the loss phase is charged beside them."""
+    spec = resolve_model("llama-3.2-1b")  # 128k vocabulary, no Liger: the loss is the peak
+    one = estimate(spec, Setup.of(stage=stage, micro_batch=4, seq_len=2048))
+    acc = estimate(spec, Setup.of(stage=stage, micro_batch=4, seq_len=2048, grad_accum=4))
+    assert one.logits > 0 and acc.gpu_total > one.gpu_total
+    assert acc.gpu_total - one.gpu_total <= one.gradients + one.comm_current

@@ -237,8 +237,10 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     # FP16_UnfusedOptimizer and torch's zero_grad set grads to None. So the loss phase stands
     # beside the static terms less those grads and buckets; the layer phase has them all.
     not_yet = 0.0
-    # Without DeepSpeed, accumulating micro-batches keep every grad from the first backward on.
-    accumulating = not s.deepspeed and s.run.loop.grad_accum > 1
+    # Accumulating micro-batches keep the grads from the first backward on: param.grad without
+    # DeepSpeed and at ZeRO-0/1, the partition's all_grad_tensors at ZeRO-2
+    # (bench/accum_grads_cpu.py), so only a one-micro-batch step's loss comes before them.
+    accumulating = s.run.loop.grad_accum > 1
     if s.zero.level < 3 and s.zero.offload == "none" and not accumulating:
         # DDP's buckets (no DeepSpeed) are built with the model, before the first backward.
         not_yet = grads + (comm_current if s.deepspeed else 0)
