@@ -179,3 +179,16 @@ def test_dry_run_prints_every_row(bench: None, capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     assert out.count("| held |") == 10
     assert "10 rows, shapes g2b, l1b, l3b, m7b, q06, q15, q3, tl1b" in out
+
+
+def test_each_row_gets_its_own_memsnap_folder(
+    bench: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With DOJO_BENCH_MEMSNAP=DIR a row's allocator history goes to DIR/<its label>, so
+    concurrent rows' summaries can be told apart; without it rows get no variable."""
+    memory, rows = importlib.import_module("memory"), importlib.import_module("rows")
+    row = rows.MEMORY_SETS["heldout-moe-families"].rows[1]
+    monkeypatch.delenv("DOJO_BENCH_MEMSNAP", raising=False)
+    assert memory.memsnap_env(row) == {}
+    monkeypatch.setenv("DOJO_BENCH_MEMSNAP", str(tmp_path))
+    assert memory.memsnap_env(row) == {"DOJO_BENCH_MEMSNAP": str(tmp_path / row.label())}
