@@ -243,6 +243,26 @@ def test_progress_plain_lines_have_eta(capsys: pytest.CaptureFixture[str]) -> No
     assert err[1] == "step 5/10  eval loss 1.2500"
 
 
+def test_progress_names_zero3_leaves_only_at_zero3(capsys: pytest.CaptureFixture[str]) -> None:
+    """transformers flags MoE blocks as DeepSpeed leaves whatever the stage: the leaves line is
+    printed for a ZeRO-3 run only, where they decide how parameters are gathered."""
+    import torch
+
+    from dojo.train.worker.callbacks import Progress
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    for m in model:
+        m._z3_leaf = True
+    state = SimpleNamespace(global_step=0, max_steps=10, num_input_tokens_seen=0)
+    for zero3 in (False, True):
+        args = SimpleNamespace(hf_deepspeed_config=SimpleNamespace(is_zero3=lambda z=zero3: z))
+        Progress(tty=False).on_train_begin(args, state, None, model=model)
+        said = "ZeRO-3 leaf modules (each gathered whole): 2 Linear" in capsys.readouterr().err
+        assert said == zero3
+    Progress(tty=False).on_train_begin(SimpleNamespace(), state, None, model=model)  # no DeepSpeed
+    assert "leaf" not in capsys.readouterr().err
+
+
 def test_progress_rate_and_eta_follow_the_last_window(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -70,7 +70,8 @@ class Progress(TrainerCallback):
         self._step0 = state.global_step  # a resumed run: the rate counts this launch's steps
         self._last = (self._t0, self._tok0, self._step0)
         leaves = z3_leaf_count(kw["model"]) if kw.get("model") is not None else {}
-        if leaves:  # the DeepSpeed engine exists by now: these are the flags it really set
+        # transformers flags MoE blocks as leaves whatever the stage; only ZeRO-3 gathers by them
+        if leaves and _is_zero3(args):  # the engine exists by now: the flags it really set
             said = ", ".join(f"{n} {c}" for c, n in leaves.items())
             print0(f"ZeRO-3 leaf modules (each gathered whole): {said}")
         tty = sys.stderr.isatty() if self._tty is None else self._tty
@@ -238,6 +239,12 @@ class CheckpointMarker(TrainerCallback):
             marker["files"] = manifest(path)
             _write_json_atomic(path / MARKER, marker)
         barrier()
+
+
+def _is_zero3(args: Any) -> bool:
+    """The run's DeepSpeed config is ZeRO-3 (no DeepSpeed: no config, False)."""
+    ds = getattr(args, "hf_deepspeed_config", None)
+    return bool(ds is not None and ds.is_zero3())
 
 
 def z3_leaf_count(model: Any) -> dict[str, int]:
