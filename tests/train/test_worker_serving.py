@@ -220,6 +220,18 @@ def test_liger_keeps_off_fused_experts_that_lora_adapts(
         args = build_training_args(job_of(run))
         spare_fused_experts(args, run, "qwen3_moe")
         assert args.liger_kernel_config is None
+    # a model type the table does not list: the wrappers PEFT put on its 3-D expert weights
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    cfg = Qwen3MoeConfig(hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                         num_experts=4, num_experts_per_tok=2, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, vocab_size=64)  # fmt: skip
+    lora = LoraConfig(r=2, target_modules="all-linear", lora_dropout=0.0)
+    wrapped = get_peft_model(Qwen3MoeForCausalLM(cfg), lora)
+    args = build_training_args(job)
+    spare_fused_experts(args, job.run, "not_in_the_table", wrapped=wrapped)
+    assert args.liger_kernel_config == {"swiglu": False}
     loss_only = job.run.replace(liger="loss")  # no layer kernels: nothing to spare
     args = build_training_args(job_of(loss_only))
     spare_fused_experts(args, loss_only, "qwen3_moe")

@@ -41,13 +41,21 @@ def build_training_args(job: Any) -> TrainingArguments:
     return TrainingArguments(**kwargs)
 
 
-def spare_fused_experts(args: TrainingArguments, run: Any, model_type: str) -> None:
-    """Once the model's type is known (before the Trainer applies Liger): Liger without its
-    SwiGLU when LoRA adapts fused experts (dojo.run.groups.kernels.LIGER_SPARE_EXPERTS)."""
-    if liger_spares_experts(
-        run.kernels.liger_kernels, run.model.adapters, run.lora.target_names, model_type
-    ):
+def spare_fused_experts(
+    args: TrainingArguments, run: Any, model_type: str, wrapped: Any = None
+) -> None:
+    """Before the Trainer applies Liger: Liger without its SwiGLU when LoRA adapts fused experts
+    (dojo.run.groups.kernels.LIGER_SPARE_EXPERTS), known from the model type, or, once PEFT has
+    wrapped the model (``wrapped``), from the wrappers PEFT put on 3-D expert parameters
+    (``ParamWrapper``), for a model type dojo's table does not list."""
+    if not run.kernels.liger_kernels or (args.liger_kernel_config or {}).get("swiglu") is False:
+        return
+    if liger_spares_experts(True, run.model.adapters, run.lora.target_names, model_type):
         args.liger_kernel_config = {**(args.liger_kernel_config or {}), **LIGER_SPARE_EXPERTS}
+    elif wrapped is not None and any(type(m).__name__ == "ParamWrapper" for m in wrapped.modules()):
+        args.liger_kernel_config = {**(args.liger_kernel_config or {}), **LIGER_SPARE_EXPERTS}
+        print0(f"liger on without its SwiGLU kernel: PEFT adapts {model_type}'s fused experts, "
+               "which Liger's MoE kernel would run without the adapters")  # fmt: skip
 
 
 def training_kwargs(job: Any) -> dict[str, Any]:

@@ -321,6 +321,7 @@ def train(job: Job) -> int:
     serving.fit_embeddings(model, tokenizer, run, added)
     if not run.objective.preference:
         model = apply_lora(model, run)  # a preference trainer wraps it itself (objectives.py)
+        spare_fused_experts(training_args, run, model.config.model_type, wrapped=model)
     fit_z3_leaf(model, training_args, run)
     dataset, eval_set, collator, report = worker_data.build(job, tokenizer, model, template)
     measures = Measures()
