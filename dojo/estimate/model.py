@@ -455,9 +455,8 @@ def _grads_after_layer_peak(spec: ModelSpec, s: Setup, grads: float, kept: float
     checkpointed backward keeps little while every grad accumulates, and with gradient
     accumulation the second micro-batch's backward starts beside every grad of the first."""
     one_process = not s.deepspeed and s.world_size == 1
-    if not one_process or s.kernels.grad_ckpt or s.run.model.method != "full":
-        return 0.0
-    if s.run.loop.grad_accum > 1:  # the next micro-batch's backward meets every grad
+    one_pass = s.run.loop.grad_accum == 1  # accumulating, the next backward meets every grad
+    if not (one_process and one_pass) or s.kernels.grad_ckpt or s.run.model.method != "full":
         return 0.0
     per_param = grads / max(1, spec.params)
     layers = spec.num_layers

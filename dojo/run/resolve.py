@@ -13,6 +13,7 @@ from dojo.run.groups.kernels import (
     liger_spares_experts,
     resolve_kernels,
     softcap_problem,
+    spare_experts_line,
 )
 from dojo.run.groups.loop import loop_problems, resolve_loop
 from dojo.run.groups.lora import (
@@ -92,8 +93,7 @@ def resolve(
     lora = resolve_lora(o.lora, spec, o.model.adapters, said)
     model_type = getattr(spec, "model_type", None)
     if liger_spares_experts(kernels.liger_kernels, o.model.adapters, lora.target_names, model_type):
-        said.append(f"liger on without its SwiGLU kernel: LoRA adapts {model_type}'s fused "
-                    "experts, which Liger's MoE kernel would run without the adapters")  # fmt: skip
+        said.append(spare_experts_line(model_type))
     if machine.assumed:
         said.insert(0, f"machine: {machine.describe()}")
     return Run(

@@ -120,6 +120,12 @@ def liger_spares_experts(
     )  # fmt: skip
 
 
+def spare_experts_line(model_type: Any) -> str:
+    """What a run says when Liger runs without its SwiGLU (``LIGER_SPARE_EXPERTS``)."""
+    return (f"liger on without its SwiGLU kernel: LoRA adapts {model_type}'s fused experts, "
+            "which Liger's MoE kernel would run without the adapters")  # fmt: skip
+
+
 def kernel_problems(k: KernelOptions, packing: bool, machine: Machine) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if k.liger == "on" and k.compile == "on":

@@ -10,7 +10,11 @@ from typing import Any
 
 from transformers import TrainingArguments
 
-from dojo.run.groups.kernels import LIGER_SPARE_EXPERTS, liger_spares_experts
+from dojo.run.groups.kernels import (
+    LIGER_SPARE_EXPERTS,
+    liger_spares_experts,
+    spare_experts_line,
+)
 from dojo.train.worker.callbacks import print0
 
 LOGGING_RATIO = 0.01
@@ -50,12 +54,16 @@ def spare_fused_experts(
     (``ParamWrapper``), for a model type dojo's table does not list."""
     if not run.kernels.liger_kernels or (args.liger_kernel_config or {}).get("swiglu") is False:
         return
-    if liger_spares_experts(True, run.model.adapters, run.lora.target_names, model_type):
+    by_type = liger_spares_experts(True, run.model.adapters, run.lora.target_names, model_type)
+    by_wrapper = (
+        not by_type
+        and wrapped is not None
+        and any(type(m).__name__ == "ParamWrapper" for m in wrapped.modules())
+    )
+    if by_type or by_wrapper:
         args.liger_kernel_config = {**(args.liger_kernel_config or {}), **LIGER_SPARE_EXPERTS}
-    elif wrapped is not None and any(type(m).__name__ == "ParamWrapper" for m in wrapped.modules()):
-        args.liger_kernel_config = {**(args.liger_kernel_config or {}), **LIGER_SPARE_EXPERTS}
-        print0(f"liger on without its SwiGLU kernel: PEFT adapts {model_type}'s fused experts, "
-               "which Liger's MoE kernel would run without the adapters")  # fmt: skip
+    if by_wrapper:  # resolve said it already for the types in the table
+        print0(spare_experts_line(model_type))
 
 
 def training_kwargs(job: Any) -> dict[str, Any]:
