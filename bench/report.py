@@ -314,9 +314,12 @@ def speed() -> list[str]:
     out += speed_section(
         "preference", "DPO against TRL's own script",
         "dojo train --objective dpo against TRL's trl/scripts/dpo.py at the same settings (model "
-        "folder, ChatML template, data, batch, max length, LoRA, learning rate, bf16, SDPA, and "
-        "the DeepSpeed JSON dojo train writes for the row), on the realistic preference mix "
-        "(bench/workload.py pref-mix); \"vs trl-dpo\" divides by TRL's script's median. Tokens: "
+        "folder, ChatML template, data, batch, max length, LoRA, learning rate, bf16, and the "
+        "DeepSpeed JSON dojo train writes for the row), on the realistic preference mix "
+        "(bench/workload.py pref-mix); \"vs trl-dpo\" divides by TRL's script's median. TRL pads "
+        "each pair's sequences to the batch's longest and runs SDPA; dojo's default takes the "
+        "padding out before the decoder layers (--attn sdpa_varlen, docs/train.md#preference-"
+        "tuning), and \"dojo --attn sdpa\" runs padded as TRL does. Tokens: "
         "each batch's real tokens, both sequences of a pair with their prompt, counted on the "
         "host the same way for both (TRL's template keeps the newline after each answer's "
         "end-of-turn token, one token a sequence more than dojo's). A call run without the "

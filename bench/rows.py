@@ -745,7 +745,9 @@ bench/speed.py, since it is the same run."""
 _PEER = ("plain", "trl", "dojo")
 _PEER_FULL = ("plain", "trl", "trl-ds", "dojo")  # full fine-tuning: TRL users reach for DeepSpeed
 _VARIANT = ("plain", "dojo", *(f"dojo {v}" for v in VARIANTS))
-_PREF = ("trl-dpo", "dojo")  # TRL's own DPO script (trl/scripts/dpo.py) against dojo train
+# TRL's own DPO script (trl/scripts/dpo.py) against dojo train: its default (the pairs without
+# padding through the layers) and padded rows, as TRL runs them (--attn sdpa).
+_PREF = ("trl-dpo", "dojo", "dojo --attn sdpa")
 
 SPEED_SETS: dict[str, dict[str, Case]] = {
     # The realistic mix (bench/workload.py: log-normal lengths, median 350 words), one H200, in the

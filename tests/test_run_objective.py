@@ -203,3 +203,21 @@ def test_trl_turns_lora_dropout_off() -> None:
     sft = _est(method="lora", lora_dropout=0.1)
     dpo = _est(method="lora", lora_dropout=0.1, objective="dpo")
     assert sft.setup.lora_dropout == 0.1 and dpo.setup.lora_dropout == 0.0
+
+
+def test_preference_runs_unpadded_where_sft_would_pack() -> None:
+    """A preference batch is padded, but the worker takes the padding out before the layers
+    under sdpa_varlen: auto picks it on the terms it picks it for packed SFT, and says why."""
+    llama, gemma2 = resolve_model("llama-3.2-1b"), resolve_model("gemma-2-2b")
+    run = run_of(CUDA, llama, objective="dpo", method="lora")
+    assert run.kernels.attn == "sdpa_varlen"
+    assert any(
+        a.startswith("attn sdpa_varlen: the preference batch's sequences") for a in run.assumed
+    )
+    assert run_of(CUDA, llama, objective="kto", micro_batch=2).kernels.attn == "sdpa_varlen"
+    assert run_of(CUDA, llama).kernels.attn == "sdpa"  # padded SFT: nothing to take out
+    assert run_of(CPU, llama, objective="dpo").kernels.attn == "sdpa"
+    assert run_of(CUDA, gemma2, objective="dpo").kernels.attn == "eager"  # soft-capping
+    # asked for: no --packing needed (it is refused with a preference objective)
+    assert run_of(CPU, objective="orpo", attn="sdpa_varlen").kernels.attn == "sdpa_varlen"
+    assert run_of(CUDA, llama, objective="dpo", attn="sdpa").kernels.attn == "sdpa"

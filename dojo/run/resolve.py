@@ -33,7 +33,7 @@ from dojo.run.schema import RunOptions
 def problems(o: RunOptions, machine: Machine, given: set[str]) -> list[tuple[str, str]]:
     """(message, hint) for every rule the options break together."""
     out = zero_problems(o.zero)
-    out += kernel_problems(o.kernels, o.data.packing, machine)
+    out += kernel_problems(o.kernels, o.data.packing, machine, o.objective.preference)
     out += lora_problems(o.lora, full=not o.model.adapters)
     out += loop_problems(
         o.loop, evaluates=o.data.evaluates, save_steps=o.output.save_steps,

@@ -123,11 +123,17 @@ def test_resume_refuses_another_objective(dpo_run: tuple[Path, dict[str, Any]], 
     assert "trained with --objective dpo, this run asks --objective kto" in r.stderr
 
 
+UNPADDED = "preference batches without padding"
+
+
 def test_kto_lora_unpaired_rows(tmp_path: Path) -> None:
+    """Also KTO without padding (--attn sdpa_varlen): its completions and KL completions run
+    unpadded by offsets made from each batch's mask."""
     data = write(tmp_path / "kto.jsonl", unpaired())
     s = train(tmp_path / "run", data, "--objective", "kto", "--method", "lora", "--lr", "5e-3",
-              "--zero", "3")  # fmt: skip
+              "--zero", "3", "--attn", "sdpa_varlen")  # fmt: skip
     assert s["objective"] == "kto" and s["zero"] == 3
+    assert UNPADDED in s["stderr"]
     # TRL's KTOTrainer logs the reward margin (mean desirable - mean undesirable reward), no
     # accuracy: the desirable answers' reward rises above the undesirable ones'.
     assert s["reward_accuracy_last"] is None
@@ -135,9 +141,12 @@ def test_kto_lora_unpaired_rows(tmp_path: Path) -> None:
 
 
 def test_dpo_full_zero3_with_a_sharded_reference(tmp_path: Path, data: Path) -> None:
+    """Without padding (--attn sdpa_varlen, CUDA's default for Llama/Qwen): the policy and the
+    sharded reference copy both run the collator's offsets, in training and evaluation."""
     s = train(tmp_path / "run", data, "--objective", "dpo", "--method", "full", "--zero", "3",
-              "--lr", "1e-3", "--eval-split", "0.1")  # fmt: skip
+              "--lr", "1e-3", "--eval-split", "0.1", "--attn", "sdpa_varlen")  # fmt: skip
     assert "reference model: a frozen copy of the starting weights" in s["stderr"]
+    assert UNPADDED in s["stderr"]
     assert not (tmp_path / "run" / "README.md").exists()  # TRL's model card stays out of the run
     assert s["reward_accuracy_first"] <= 0.5 < s["reward_accuracy_last"]
     assert s["eval_loss_last"] is not None
@@ -145,8 +154,11 @@ def test_dpo_full_zero3_with_a_sharded_reference(tmp_path: Path, data: Path) -> 
 
 @pytest.mark.parametrize("objective", ["orpo", "simpo"])
 def test_orpo_and_simpo_train(tmp_path: Path, data: Path, objective: str) -> None:
+    """SimPO also without padding: its concatenated batch through the model's own head."""
+    attn = "sdpa_varlen" if objective == "simpo" else "sdpa"
     s = train(tmp_path / "run", data, "--objective", objective, "--method", "lora",
-              "--lr", "5e-3")  # fmt: skip
+              "--lr", "5e-3", "--attn", attn)  # fmt: skip
     assert s["objective"] == objective
+    assert (UNPADDED in s["stderr"]) == (objective == "simpo")
     assert s["reward_margin_last"] > s["reward_margin_first"]
     assert s["reward_accuracy_last"] > 0.5

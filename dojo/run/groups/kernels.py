@@ -51,8 +51,8 @@ class KernelOptions:
         "auto",
         "Attention kernel: auto | sdpa | eager | flex_attention | flash_attention_2 | sdpa_varlen "
         "(packed samples through PyTorch's FlashAttention kernel by their offsets, no mask)",
-        "auto = sdpa_varlen for packed bf16 Llama/Qwen runs on CUDA without compile (faster than "
-        "the masked kernel, same losses); eager for models that soft-cap attention logits "
+        "auto = sdpa_varlen for packed or preference bf16 Llama/Qwen runs on CUDA without "
+        "compile (faster than the masked kernel or padding, same losses); eager for models that soft-cap attention logits "
         "(Gemma-2), as transformers does; sdpa elsewhere",
         flags=("--attn", "--attention"),
         metavar="CHOICE",
@@ -126,7 +126,9 @@ def spare_experts_line(model_type: Any) -> str:
             "which Liger's MoE kernel would run without the adapters")  # fmt: skip
 
 
-def kernel_problems(k: KernelOptions, packing: bool, machine: Machine) -> list[tuple[str, str]]:
+def kernel_problems(
+    k: KernelOptions, packing: bool, machine: Machine, preference: bool = False
+) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if k.liger == "on" and k.compile == "on":
         out.append(("--compile on with --liger on: Liger's layer kernels inside compiled layers "
@@ -139,7 +141,7 @@ def kernel_problems(k: KernelOptions, packing: bool, machine: Machine) -> list[t
     ):
         if value in ("on", "loss") and not machine.cuda:
             out.append((f"{flag} {value} needs CUDA GPUs ({why})", f"use {flag} auto or off here"))
-    if k.attn == "sdpa_varlen" and not packing:
+    if k.attn == "sdpa_varlen" and not packing and not preference:
         out.append(("--attn sdpa_varlen keeps samples apart by their offsets in a packed row; "
                     "without --packing rows are padded", "add --packing, or use --attn sdpa"))  # fmt: skip
     elif k.attn in ("flex_attention", "flash_attention_2") and not machine.cuda:
@@ -209,8 +211,15 @@ def resolve_kernels(
         else:
             liger = "on"
             said.append("liger on: CUDA with liger-kernel")
-    attn = k.attn if k.attn != "auto" else auto_attention(spec, cuda, precision, packing, compiled)
-    if k.attn == "auto" and attn == "sdpa_varlen":
+    # A preference batch is padded, but the worker takes the padding out before the decoder
+    # layers where the kernel takes sample offsets (dojo.train.worker.unpadded): as if packed.
+    flat = packing or preference
+    attn = k.attn if k.attn != "auto" else auto_attention(spec, cuda, precision, flat, compiled)
+    if k.attn == "auto" and attn == "sdpa_varlen" and preference:
+        said.append("attn sdpa_varlen: the preference batch's sequences go through the layers "
+                    "without their padding, by their offsets, in PyTorch's FlashAttention kernel "
+                    "(the same losses); --attn sdpa for padded rows")  # fmt: skip
+    elif k.attn == "auto" and attn == "sdpa_varlen":
         said.append("attn sdpa_varlen: packed samples by their offsets through PyTorch's "
                     "FlashAttention kernel, no mask (faster than the masked kernel, the same "
                     "losses); --attn sdpa for the masked kernel")  # fmt: skip

@@ -27,6 +27,7 @@ import os
 from typing import Any
 
 from dojo.run.groups.objective import loss_type, reference
+from dojo.train.worker import unpadded
 from dojo.train.worker.callbacks import print0
 from dojo.train.worker.packing import TOKENS
 from dojo.train.worker.trainer import DojoTrainer
@@ -85,13 +86,16 @@ def peft_config(model: Any, run: Any) -> Any:
 
 class CountTokens:
     """TRL's collator, plus the batch's real tokens counted on the host (``TOKENS``, which
-    DojoTrainer pops). Set in place of TRL's once the trainer is built: the batches TRL's
-    precompute of reference log-probs collates go to the model as they are."""
+    DojoTrainer pops) and, with ``unpad`` (DPO's padded batch), where its real tokens go in one
+    flat row (``unpadded.plan``). Set in place of TRL's once the trainer is built: the batches
+    TRL's precompute of reference log-probs collates go to the model as they are."""
 
     def __init__(
-        self, inner: Any, keys: tuple[str, ...], repeat: dict[str, int], drop: tuple[str, ...]
-    ) -> None:
+        self, inner: Any, keys: tuple[str, ...], repeat: dict[str, int], drop: tuple[str, ...],
+        unpad: bool = False,
+    ) -> None:  # fmt: skip
         self.inner, self.keys, self.repeat, self.drop = inner, keys, repeat, drop
+        self.unpad = unpad
 
     def __call__(self, features: list[dict[str, Any]]) -> Any:
         n = sum(len(f[k]) * self.repeat.get(k, 1) for f in features for k in self.keys)
@@ -99,6 +103,10 @@ class CountTokens:
             features = [{k: v for k, v in f.items() if k not in self.drop} for f in features]
         batch = self.inner(features)
         batch[TOKENS] = n
+        if self.unpad:
+            flat = unpadded.plan(batch["attention_mask"])
+            if flat is not None:
+                batch[unpadded.PLAN_KEY] = flat
         return batch
 
 
@@ -179,6 +187,13 @@ def build_trainer(
     """The objective's TRL trainer (dojo's subclass), counting tokens once it is built."""
     objective = run.objective.objective
     cls = _trainer_classes()[objective]
+    unpad = run.kernels.attn in unpadded.UNPADDED_ATTN
+    if unpad:  # before TRL's trainer: its precompute pass runs in the constructor
+        for m in (model, ref_model):
+            if m is not None:
+                unpadded.install(m)
+        print0(f"preference batches without padding: the decoder layers run on the real tokens "
+               f"(--attn {run.kernels.attn}); --attn sdpa for padded rows")  # fmt: skip
     kw: dict[str, Any] = {
         "model": model, "args": args, "train_dataset": train_dataset,
         "eval_dataset": eval_dataset, "processing_class": tokenizer, "callbacks": callbacks,
@@ -189,7 +204,8 @@ def build_trainer(
     trainer = cls(**kw)
     keys, repeat = _COUNTED[objective]
     drop = ("prompt_ids", "chosen_ids", "rejected_ids") if objective in ("orpo", "simpo") else ()
-    trainer.data_collator = CountTokens(trainer.data_collator, keys, repeat, drop)
+    trainer.data_collator = CountTokens(trainer.data_collator, keys, repeat, drop,
+                                        unpad=unpad and objective == "dpo")  # fmt: skip
     return trainer
 
 

@@ -1,0 +1,115 @@
+"""Preference batches without their padding: the decoder layers run on the real tokens only.
+
+TRL's preference trainers pad every sequence of a micro-batch to the longest (DPO: the chosen
+and the rejected sequence of each pair, [2 x micro-batch, longest]), and TRL 1.16 turns its own
+``padding_free`` off for DPO. On a mix of lengths much of that batch is padding, which every
+decoder layer computes, keeps for the backward, and computes again in the reference's forward.
+
+Under ``--attn sdpa_varlen`` or ``flash_attention_2`` (``UNPADDED_ATTN``), dojo takes the padding
+out before the decoder layers and puts it back after them:
+
+- a forward pre-hook on the backbone (``model.base_model``: the module TRL's fused LM head and
+  the models' own heads call) flattens the real tokens into one row [1, total] with positions
+  restarting at 0 for each sequence and each sequence's start offset (``cu_seq_lens_q/k``,
+  ``max_length_q/k``: what dojo.train.worker.varlen and transformers' FlashAttention-2 read), and
+  drops the padding mask;
+- a forward hook lays the last hidden state back out as [rows, longest, hidden], zeros at the
+  padding, so TRL's head, log-probabilities, losses and metrics run as they would on a padded
+  batch. Hidden states at padding never reach a log-probability: their labels are -100.
+
+The losses are TRL's, unchanged; only where the layers spend their work changes. Hooks rather
+than a wrapped forward: TRL replaces the model's forward with its fused head and PEFT calls
+``forward`` directly, but both call the backbone as a module, so its hooks run for the policy,
+the reference (the adapter-off base or the frozen copy) and the precomputed reference alike.
+
+Where the offsets come from: DPO's collator (``plan`` on the host, under ``PLAN_KEY``, so the
+forward never waits on the GPU to read them); any other call (KTO's KL completions, ORPO's and
+SimPO's concatenated batch, TRL's precompute pass) from its attention mask, one device read per
+forward.
+"""
+
+from typing import Any
+
+import torch
+
+UNPADDED_ATTN = ("sdpa_varlen", "flash_attention_2")
+"""Attention kernels that take sample offsets instead of a padding mask."""
+PLAN_KEY = "dojo_unpadded"
+"""Batch key of a collator-made ``plan``; the backbone's pre-hook pops it before the model."""
+
+
+def plan(attention_mask: torch.Tensor) -> dict[str, Any] | None:
+    """Where each row's real tokens go in one flat row: ``index`` (their positions in the
+    padded batch, flattened), ``position_ids`` [1, total], ``cu_seq_lens`` (int32 start offsets,
+    then the total) and ``max_length``. None when a row is not right-padded (real tokens first,
+    then padding only), or is empty: such a batch stays padded."""
+    mask = attention_mask.to("cpu", torch.bool)
+    lengths = mask.sum(1)
+    prefix = torch.arange(mask.shape[1])[None, :] < lengths[:, None]
+    if not torch.equal(prefix, mask) or int(lengths.min()) == 0:
+        return None
+    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    cu[1:] = torch.cumsum(lengths, 0)
+    return {
+        "index": mask.reshape(-1).nonzero().squeeze(1),
+        "position_ids": torch.cat([torch.arange(int(n)) for n in lengths])[None],
+        "cu_seq_lens": cu,
+        "max_length": int(lengths.max()),
+    }
+
+
+class Unpad:
+    """The backbone's pair of hooks (``install``). A stack, not one slot: a hook that raised
+    leaves nothing behind (the post-hook always runs), and each pre-hook pairs with its own
+    post-hook."""
+
+    def __init__(self) -> None:
+        self._open: list[tuple[torch.Tensor, int, int] | None] = []
+
+    def before(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        given = kwargs.pop(PLAN_KEY, None)
+        ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+        p = None
+        if not args and ids is not None and ids.dim() == 2 and mask is not None:
+            p = given if given is not None else plan(mask)
+        if p is None or ids is None:
+            self._open.append(None)
+            return args, kwargs
+        if kwargs.get("output_router_logits"):
+            raise ValueError("an MoE aux loss (output_router_logits) needs padded rows: TRL "
+                             "weighs the router by the padding mask; use --attn sdpa")  # fmt: skip
+        rows, longest = ids.shape
+        index = p["index"].to(ids.device, non_blocking=True)
+        cu = p["cu_seq_lens"].to(ids.device, non_blocking=True)
+        kwargs["input_ids"] = ids.reshape(-1).index_select(0, index)[None]
+        kwargs["attention_mask"] = None
+        kwargs["position_ids"] = p["position_ids"].to(ids.device, non_blocking=True)
+        kwargs |= {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu,
+                   "max_length_q": p["max_length"], "max_length_k": p["max_length"]}  # fmt: skip
+        self._open.append((index, rows, longest))
+        return args, kwargs
+
+    def after(self, module: Any, args: Any, kwargs: Any, output: Any) -> Any:
+        opened = self._open.pop() if self._open else None
+        if opened is None or output is None:
+            return output
+        index, rows, longest = opened
+        flat = output.last_hidden_state[0]  # [total, hidden]
+        padded = flat.new_zeros(rows * longest, flat.shape[-1]).index_copy(0, index, flat)
+        output.last_hidden_state = padded.view(rows, longest, flat.shape[-1])
+        return output
+
+
+def backbone(model: Any) -> Any:
+    """The decoder stack a causal LM's head is called on (under PEFT: its base model's)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.base_model
+
+
+def install(model: Any) -> Unpad:
+    """Hooks ``model``'s backbone so padded batches run unpadded through it (module docstring)."""
+    hooks = Unpad()
+    stack = backbone(model)
+    stack.register_forward_pre_hook(hooks.before, with_kwargs=True)
+    stack.register_forward_hook(hooks.after, with_kwargs=True, always_call=True)
+    return hooks

@@ -1,0 +1,127 @@
+"""Preference batches without padding (dojo.train.worker.unpadded): the decoder runs on the
+real tokens of a padded batch, and TRL's head and the models' own heads see what a padded run
+gives them (CPU: sdpa_varlen's exact per-sample path)."""
+
+import json
+from typing import Any
+
+import pytest
+
+pytest.importorskip("trl", reason="needs the train extra")
+
+import torch  # noqa: E402
+
+from dojo.train.worker import unpadded  # noqa: E402
+
+LENGTHS = (9, 4, 13, 6)
+
+
+def _tiny(attn: str) -> Any:
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from dojo.train.tiny import TINY_CONFIG
+    from dojo.train.worker import varlen
+
+    varlen.register()
+    cfg = LlamaConfig(**json.loads(TINY_CONFIG.read_text()))  # GQA: 4 heads, 2 kv heads
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch.float32)
+
+
+def _padded_batch() -> dict[str, torch.Tensor]:
+    """Right-padded rows as TRL's DataCollatorForPreference makes them; labels -100 on the
+    prompt (the first 3 tokens) and on padding."""
+    g = torch.Generator().manual_seed(1)
+    longest = max(LENGTHS)
+    ids = torch.zeros(len(LENGTHS), longest, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, n in enumerate(LENGTHS):
+        ids[r, :n] = torch.randint(3, 200, (n,), generator=g)
+        mask[r, :n] = 1
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :3] = -100
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def test_plan_flattens_right_padded_rows() -> None:
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
+    p = unpadded.plan(mask)
+    assert p is not None
+    assert p["index"].tolist() == [0, 1, 2, 4, 5, 8, 9, 10, 11]
+    assert p["position_ids"].tolist() == [[0, 1, 2, 0, 1, 0, 1, 2, 3]]
+    assert p["cu_seq_lens"].tolist() == [0, 3, 5, 9] and p["cu_seq_lens"].dtype == torch.int32
+    assert p["max_length"] == 4
+
+
+@pytest.mark.parametrize(
+    "mask", [[[0, 1, 1], [1, 1, 1]], [[1, 0, 1], [1, 1, 1]], [[0, 0, 0], [1, 1, 1]]]
+)
+def test_plan_leaves_other_layouts_padded(mask: list[list[int]]) -> None:
+    """Left padding, a hole, an empty row: not right-padded, so no plan (the batch stays as it is)."""
+    assert unpadded.plan(torch.tensor(mask)) is None
+
+
+@pytest.mark.parametrize("planned", [True, False])
+def test_trl_fused_head_log_probs_and_grads_match_the_padded_run(planned: bool) -> None:
+    """TRL's fused LM head (what DPO and KTO call) on the same weights and batch: padded under
+    sdpa, and unpadded under sdpa_varlen with the collator's plan or one made from the mask."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    batch = _padded_batch()
+    padded, flat = _tiny("sdpa"), _tiny("sdpa_varlen")
+    flat.load_state_dict(padded.state_dict())
+    for m in (padded, flat):
+        add_fused_lm_head(m)
+    unpadded.install(flat)
+    extra = {unpadded.PLAN_KEY: unpadded.plan(batch["attention_mask"])} if planned else {}
+    a = padded(**batch, fused_lm_head=True).log_probs
+    b = flat(**batch, **extra, fused_lm_head=True).log_probs
+    assert a.shape == b.shape == (len(LENGTHS), max(LENGTHS) - 1)
+    assert bool((a != 0).any())
+    torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    a.sum().backward()
+    b.sum().backward()
+    for (name, pa), pb in zip(padded.named_parameters(), flat.parameters(), strict=True):
+        torch.testing.assert_close(pb.grad, pa.grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
+def test_model_logits_match_at_real_tokens() -> None:
+    """ORPO and SimPO call the model's own head on the concatenated batch: its logits at real
+    tokens are the padded run's (padding positions are never read: their labels are -100)."""
+    batch = _padded_batch()
+    padded, flat = _tiny("sdpa"), _tiny("sdpa_varlen")
+    flat.load_state_dict(padded.state_dict())
+    unpadded.install(flat)
+    kw = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    a, b = padded(**kw).logits, flat(**kw).logits
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(b[real], a[real], rtol=1e-4, atol=1e-5)
+
+
+def test_lora_wrapped_model_still_runs_unpadded() -> None:
+    """PEFT calls the base model's forward directly, not as a module: the hooks sit on the
+    backbone, which PEFT's wrapper calls as a module, so they still run (the reference's
+    adapter-off pass is the same path)."""
+    from peft import LoraConfig, get_peft_model
+
+    batch = _padded_batch()
+    model = _tiny("sdpa_varlen")
+    hooks = unpadded.install(model)
+    seen: list[tuple[int, ...]] = []
+    unpadded.backbone(model).register_forward_pre_hook(
+        lambda mod, args, kw: seen.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    peft = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with peft.disable_adapter():
+        peft(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    assert seen == [(1, sum(LENGTHS))]  # flattened before the layers
+    assert hooks._open == []
+
+
+def test_moe_aux_loss_is_refused_with_the_fix() -> None:
+    batch = _padded_batch()
+    model = _tiny("sdpa_varlen")
+    unpadded.install(model)
+    with pytest.raises(ValueError, match="--attn sdpa"):
+        unpadded.backbone(model)(input_ids=batch["input_ids"],
+                                 attention_mask=batch["attention_mask"], output_router_logits=True)  # fmt: skip
