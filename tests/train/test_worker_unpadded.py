@@ -125,3 +125,29 @@ def test_moe_aux_loss_is_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match="--attn sdpa"):
         unpadded.backbone(model)(input_ids=batch["input_ids"],
                                  attention_mask=batch["attention_mask"], output_router_logits=True)  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_cuda_unpadded_takes_flash_and_matches_the_padded_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On CUDA in bf16 the unpadded batch reaches the FlashAttention kernel (never the
+    per-sample loop), and TRL's log-probabilities match the padded SDPA run's."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    from dojo.train.worker import varlen
+
+    def no_loop(*a: Any, **kw: Any) -> None:
+        raise AssertionError("the per-sample loop ran on CUDA")
+
+    monkeypatch.setattr(varlen, "_per_sample", no_loop)
+    batch = {k: v.cuda() for k, v in _padded_batch().items()}
+    padded, flat = (_tiny(a).to("cuda", torch.bfloat16) for a in ("sdpa", "sdpa_varlen"))
+    flat.load_state_dict(padded.state_dict())
+    for m in (padded, flat):
+        add_fused_lm_head(m)
+    unpadded.install(flat)
+    plan = unpadded.plan(batch["attention_mask"])
+    a = padded(**batch, fused_lm_head=True).log_probs
+    b = flat(**batch, **{unpadded.PLAN_KEY: plan}, fused_lm_head=True).log_probs
+    torch.testing.assert_close(b.float(), a.float(), atol=5e-2, rtol=2e-2)
