@@ -151,3 +151,19 @@ def test_cuda_unpadded_takes_flash_and_matches_the_padded_run(
     a = padded(**batch, fused_lm_head=True).log_probs
     b = flat(**batch, **{unpadded.PLAN_KEY: plan}, fused_lm_head=True).log_probs
     torch.testing.assert_close(b.float(), a.float(), atol=5e-2, rtol=2e-2)
+
+
+def test_a_plan_for_another_shape_is_not_used() -> None:
+    """TRL hands a batch's extra keys to every model call it makes from that batch (KTO's KL
+    call: other sequences): a plan whose shape is not the call's is dropped for the mask's."""
+    batch = _padded_batch()
+    model = _tiny("sdpa_varlen")
+    unpadded.install(model)
+    seen: list[int] = []
+    unpadded.backbone(model).register_forward_pre_hook(
+        lambda mod, args, kw: seen.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
+    other = unpadded.plan(torch.ones(2, 5, dtype=torch.long))
+    kw = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    model(**kw, **{unpadded.PLAN_KEY: other})
+    assert seen == [sum(LENGTHS)]

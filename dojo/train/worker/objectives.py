@@ -87,7 +87,8 @@ def peft_config(model: Any, run: Any) -> Any:
 class CountTokens:
     """TRL's collator, plus the batch's real tokens counted on the host (``TOKENS``, which
     DojoTrainer pops) and, with ``unpad`` (DPO's padded batch), where its real tokens go in one
-    flat row (``unpadded.plan``). Set in place of TRL's once the trainer is built: the batches
+    flat row (``unpadded.plan``). Not KTO's: TRL hands the batch's extra keys to its KL call
+    too, whose sequences are others. Set in place of TRL's once the trainer is built: the batches
     TRL's precompute of reference log-probs collates go to the model as they are."""
 
     def __init__(

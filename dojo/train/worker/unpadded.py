@@ -23,9 +23,9 @@ than a wrapped forward: TRL replaces the model's forward with its fused head and
 the reference (the adapter-off base or the frozen copy) and the precomputed reference alike.
 
 Where the offsets come from: DPO's collator (``plan`` on the host, under ``PLAN_KEY``, so the
-forward never waits on the GPU to read them); any other call (KTO's KL completions, ORPO's and
-SimPO's concatenated batch, TRL's precompute pass) from its attention mask, one device read per
-forward.
+forward never waits on the GPU to read them); any other call (KTO's completions and KL
+completions, ORPO's and SimPO's concatenated batch) from its attention mask, one device read per
+forward. A plan made for another shape than the call's is not used.
 """
 
 from typing import Any
@@ -39,8 +39,8 @@ PLAN_KEY = "dojo_unpadded"
 
 
 def plan(attention_mask: torch.Tensor) -> dict[str, Any] | None:
-    """Where each row's real tokens go in one flat row: ``index`` (their positions in the
-    padded batch, flattened), ``position_ids`` [1, total], ``cu_seq_lens`` (int32 start offsets,
+    """Where each row's real tokens go in one flat row: ``shape`` (the padded batch's),
+    ``index`` (their positions in the padded batch, flattened), ``position_ids`` [1, total], ``cu_seq_lens`` (int32 start offsets,
     then the total) and ``max_length``. None when a row is not right-padded (real tokens first,
     then padding only), or is empty: such a batch stays padded."""
     mask = attention_mask.to("cpu", torch.bool)
@@ -51,6 +51,7 @@ def plan(attention_mask: torch.Tensor) -> dict[str, Any] | None:
     cu = torch.zeros(len(lengths) + 1, dtype=torch.int32)
     cu[1:] = torch.cumsum(lengths, 0)
     return {
+        "shape": tuple(mask.shape),
         "index": mask.reshape(-1).nonzero().squeeze(1),
         "position_ids": torch.cat([torch.arange(int(n)) for n in lengths])[None],
         "cu_seq_lens": cu,
@@ -71,7 +72,8 @@ class Unpad:
         ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
         p = None
         if not args and ids is not None and ids.dim() == 2 and mask is not None:
-            p = given if given is not None else plan(mask)
+            fits = given is not None and tuple(given["shape"]) == tuple(ids.shape)
+            p = given if fits else plan(mask)
         if p is None or ids is None:
             self._open.append(None)
             return args, kwargs
