@@ -170,11 +170,13 @@ def test_a_plan_for_another_shape_is_not_used() -> None:
 
 
 def test_a_batch_it_cannot_unpad_names_the_fix() -> None:
-    """A left-padded batch stays padded, and sdpa_varlen cannot take its mask: one error that
-    says what to use instead."""
+    """A left-padded batch cannot be unpadded, and transformers gives sdpa_varlen no mask to
+    fall back on: one error that says what to use instead (not a wrong attention)."""
     model = _tiny("sdpa_varlen")
     unpadded.install(model)
     ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])
     mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
-    with pytest.raises(ValueError, match="right-padded preference batches; use --attn sdpa"):
+    with pytest.raises(
+        ValueError, match="not at the end of each row, or an empty row; use --attn sdpa"
+    ):
         model(input_ids=ids, attention_mask=mask)

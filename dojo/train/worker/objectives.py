@@ -192,7 +192,7 @@ def build_trainer(
     if unpad:  # before TRL's trainer: its precompute pass runs in the constructor
         for m in (model, ref_model):
             if m is not None:
-                unpadded.install(m)
+                unpadded.install(m, run.kernels.attn)
         print0(f"preference batches without padding: the decoder layers run on the real tokens "
                f"(--attn {run.kernels.attn}); --attn sdpa for padded rows")  # fmt: skip
     kw: dict[str, Any] = {

@@ -62,10 +62,13 @@ def plan(attention_mask: torch.Tensor) -> dict[str, Any] | None:
 class Unpad:
     """The backbone's pair of hooks (``install``). A stack, not one slot: a hook that raised
     leaves nothing behind (the post-hook always runs), and each pre-hook pairs with its own
-    post-hook."""
+    post-hook. ``strict``: a padded batch that cannot be unpadded is an error (sdpa_varlen has
+    no padding mask to fall back on: transformers gives it none); FlashAttention-2 takes it
+    padded."""
 
-    def __init__(self) -> None:
+    def __init__(self, strict: bool = True) -> None:
         self._open: list[tuple[torch.Tensor, int, int] | None] = []
+        self.strict = strict
 
     def before(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         given = kwargs.pop(PLAN_KEY, None)
@@ -74,6 +77,9 @@ class Unpad:
         if not args and ids is not None and ids.dim() == 2 and mask is not None:
             fits = given is not None and tuple(given["shape"]) == tuple(ids.shape)
             p = given if fits else plan(mask)
+            if p is None and self.strict:
+                raise ValueError("--attn sdpa_varlen: a batch with padding that is not at the "
+                                 "end of each row, or an empty row; use --attn sdpa")  # fmt: skip
         if p is None or ids is None:
             self._open.append(None)
             return args, kwargs
@@ -108,9 +114,10 @@ def backbone(model: Any) -> Any:
     return base.base_model
 
 
-def install(model: Any) -> Unpad:
-    """Hooks ``model``'s backbone so padded batches run unpadded through it (module docstring)."""
-    hooks = Unpad()
+def install(model: Any, attn: str = "sdpa_varlen") -> Unpad:
+    """Hooks ``model``'s backbone so padded batches run unpadded through it (module docstring);
+    ``attn``: the run's kernel, one of ``UNPADDED_ATTN``."""
+    hooks = Unpad(strict=attn == "sdpa_varlen")
     stack = backbone(model)
     stack.register_forward_pre_hook(hooks.before, with_kwargs=True)
     stack.register_forward_hook(hooks.after, with_kwargs=True, always_call=True)

@@ -103,8 +103,7 @@ def attention(
     if cu is not None:  # from PackedCollator(varlen=True): no host sync on CUDA
         longest = int(kwargs["max_length_q"])
     elif attention_mask is not None:
-        raise ValueError(f"--attn {NAME} got a padding mask it cannot use: it takes packed rows "
-                         "(--packing) or right-padded preference batches; use --attn sdpa")  # fmt: skip
+        raise ValueError(f"--attn {NAME} needs packed rows (--packing), not a padding mask")
     else:  # no offsets given (a caller other than dojo's collator): from position_ids
         pos = kwargs.get("position_ids")
         starts, longest = sample_offsets(pos.reshape(-1).tolist() if pos is not None
