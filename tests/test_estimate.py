@@ -7,12 +7,12 @@ import pytest
 
 from dojo.errors import EstimateError
 from dojo.estimate.activations import activation_phases
+from dojo.estimate.comm import comm_buffer_bytes
 from dojo.estimate.model import (
     GIB,
     Calibration,
     Setup,
     activation_bytes,
-    comm_buffer_bytes,
     estimate,
     validate,
 )

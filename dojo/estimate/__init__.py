@@ -1,7 +1,8 @@
 """GPU and host memory of a DeepSpeed fine-tune: ``setup`` (what is estimated), ``model`` (the
-terms), ``result`` (the MemoryEstimate), ``table`` (how it is shown)."""
+terms, with ``activations``, ``comm``, ``quant``, ``moe``, ``reserve`` and ``host``), ``result``
+(the MemoryEstimate), ``table`` (how it is shown)."""
 
-from dojo.estimate.model import comm_buffer_bytes as comm_buffer_bytes
+from dojo.estimate.comm import comm_buffer_bytes as comm_buffer_bytes
 from dojo.estimate.model import estimate as estimate
 from dojo.estimate.model import validate as validate
 from dojo.estimate.result import GIB as GIB

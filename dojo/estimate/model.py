@@ -9,7 +9,10 @@ Example: ``estimate(resolve_model("7b"), Setup(stage=3, num_gpus=8)).gpu_total_g
 from dojo.errors import EstimateError
 from dojo.estimate.activations import activation_bytes as activation_bytes
 from dojo.estimate.activations import activation_phases, split_peak
+from dojo.estimate.comm import comm_bytes
 from dojo.estimate.host import host_terms
+from dojo.estimate.quant import kbit_load_peak, nf4_bytes, quantized_notes
+from dojo.estimate.reserve import allocator_reserve, step_pages_hole
 from dojo.estimate.result import GIB as GIB
 from dojo.estimate.result import MemoryEstimate as MemoryEstimate
 from dojo.estimate.setup import Calibration as Calibration
@@ -19,13 +22,6 @@ from dojo.modelspec import ModelSpec
 
 BF16 = 2  # bytes; params, grads, activations and comm buffers are bf16 (DeepSpeed bf16 mode)
 FP32 = 4
-FP64 = 8
-# bitsandbytes 0.50 NF4 with double quant, measured: 0.5 B packed + 8-bit absmax per 64 values +
-# fp32 second-level constants per 256 blocks (docs/estimate.md, "LoRA and QLoRA"; QLoRA paper sec 3).
-NF4_DQ_BYTES = 0.5159
-NF4_BYTES = 0.5625  # without double quant: 0.5 B + an fp32 absmax per 64 values
-BNB_4BIT = "bitsandbytes 4-bit"  # ModelSpec.quantization of a checkpoint bitsandbytes quantized
-DS_ALLREDUCE_BYTES_ELEMS = 500_000_000  # engine.py MEMORY_OPT_ALLREDUCE_SIZE (ZeRO-0 flatten)
 # bitsandbytes 0.50 optim/optimizer.py Optimizer2State.init_state: 8-bit m and v are uint8 with
 # one fp32 absmax per 256 values each; tensors under min_8bit_size (4096) keep fp32 states.
 BNB_8BIT_BYTES = 2 + 2 * FP32 / 256
@@ -40,42 +36,6 @@ BNB_PAGED_MIN_NUMEL = 100_000  # get_state_buffer: smaller tensors are not paged
 TORCH_ADAMW = ("adamw_torch", "adamw_torch_fused")
 """torch.optim.AdamW: m and v made by zeros_like(param), so in the parameter's dtype (torch
 optim/adam.py _init_group); bitsandbytes' states have dtypes of their own."""
-
-
-def comm_buffer_bytes(
-    stage: int,
-    reduce_bucket_size: int,
-    allgather_bucket_size: int,
-    overlap_comm: bool,
-    rule: str,
-) -> int:
-    """Bytes DeepSpeed allocates for gradient buckets (per GPU) under one of two readings.
-
-    ``current`` (DeepSpeed >= 0.4, read in 0.19.8): ZeRO-1/2 allocate one bf16 IPG buffer of
-    ``reduce_bucket_size`` elements and a second one when overlap_comm is on (stage_1_and_2.py
-    ``setup_buckets``); ZeRO-3 allocates one, never doubled (stage3.py IPG); ZeRO-0 has no bucket.
-    allgather_bucket_size allocates nothing on modern torch (all_gather_into_tensor in place).
-    ``docs`` (HF/DeepSpeed docs, DeepSpeed <= 0.3.16): overlap_comm costs 4.5 x (allgather +
-    reduce bucket) x 2 bytes, i.e. 9e9 bytes at 5e8/5e8. The docs state it for ZeRO-2 with
-    overlap_comm on only; every other case falls back to ``current``.
-    """
-    if rule not in ("current", "docs"):
-        raise EstimateError(f"--overlap-rule {rule!r} is not a rule", hint="use current or docs")
-    if reduce_bucket_size <= 0 or allgather_bucket_size <= 0:
-        bad = reduce_bucket_size if reduce_bucket_size <= 0 else allgather_bucket_size
-        raise EstimateError(
-            f"--bucket-size {bad}: bucket sizes must be positive",
-            hint="use e.g. --bucket-size 500000000, or leave it out for HF's auto (hidden^2)",
-        )
-    if stage not in (0, 1, 2, 3):
-        raise EstimateError(f"--zero {stage}: no such ZeRO stage", hint="use 0, 1, 2 or 3")
-    if rule == "docs" and overlap_comm and stage in (1, 2):
-        return int(4.5 * (allgather_bucket_size + reduce_bucket_size) * BF16)
-    if stage in (1, 2):
-        return BF16 * reduce_bucket_size * (2 if overlap_comm else 1)
-    if stage == 3:
-        return BF16 * reduce_bucket_size
-    return 0
 
 
 def _z3_largest_sub_group(spec: ModelSpec, s: Setup, p_t: int) -> float:
@@ -127,30 +87,8 @@ def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
     # NF4 + double quant for decoder linears; embeddings, head, norms and biases stay 16-bit,
     # or fp32 where prepare_model_for_kbit_training upcast them and no DeepSpeed cast them back.
     rest = FP32 if s.fp32_rest else BF16
-    nf4 = NF4_BYTES if spec.quantization == BNB_4BIT and not spec.quant_double else NF4_DQ_BYTES
-    w_base = nf4 * spec.quantizable_params + rest * (p - spec.quantizable_params)
+    w_base = nf4_bytes(spec) * spec.quantizable_params + rest * (p - spec.quantizable_params)
     return p_t, w_base, largest_t
-
-
-def _kbit_load_peak(spec: ModelSpec, s: Setup) -> float:
-    """Device bytes at the load of a QLoRA run under DeepSpeed ZeRO 0-2, before training.
-
-    dojo's worker (like PEFT's guide) calls prepare_model_for_kbit_training on the 4-bit model
-    on the GPU, which casts every parameter that is not 4-bit to fp32 one at a time
-    (peft/utils/other.py: embeddings, head, norms, and an MoE model's fused experts and routers,
-    which bitsandbytes does not quantize); the DeepSpeed engine casts them back to bf16 later,
-    and ZeRO-1/2's __init__ empties the cache. So the device holds the NF4 weights + 4 B x the
-    rest (+ the bf16 copy of the largest rest tensor while it is cast) once, at load. For a
-    dense model that is below the training peak; for an MoE model, whose experts are most of
-    it, it can be the peak nvidia-smi sees. Without DeepSpeed the fp32 weights stay and the
-    training terms count them already; ZeRO-3 loads quantized models without zero.Init and is
-    not counted here."""
-    if s.run.model.method != "qlora" or not s.deepspeed or s.zero.stage == 3:
-        return 0.0
-    nf4 = NF4_BYTES if spec.quantization == BNB_4BIT and not spec.quant_double else NF4_DQ_BYTES
-    rest = spec.params - spec.quantizable_params
-    largest_rest = max(spec.embedding_params, spec.num_experts * spec.expert_params * 2 // 3)
-    return nf4 * spec.quantizable_params + FP32 * rest + BF16 * largest_rest
 
 
 def _paged_share(spec: ModelSpec, s: Setup) -> float:
@@ -229,7 +167,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         biggest_w = max(a * b for _, a, b, _ in spec.linears())
         params_work += BF16 * biggest_w  # bnb dequantizes one weight to bf16 per matmul
     kept, loss_phase, layer_phase, loss_term = activation_phases(spec, s)
-    comm_current, comm_docs = _comm(s, p_t, s.reduce_bucket(spec))
+    comm_current, comm_docs = comm_bytes(s, p_t, s.reduce_bucket(spec))
     # The loss is the first thing the backward does. At ZeRO 0-2 (and without DeepSpeed) no
     # gradient exists yet then: ZeRO-1/2 allocate the IPG buckets and the gradient partition
     # from the first grad hook (stage_1_and_2.py process_gradients -> setup_buckets, and
@@ -272,15 +210,15 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     # torch's foreach step allocates a temporary per parameter, each no larger than the blocks
     # the backward freed; only DeepSpeed's flat transients need segments of their own.
     flat_step = step if s.deepspeed else 0.0
-    reserve = _allocator_reserve(s, churn, flat_step, p_t, largest_t, logits_block, bf16_logits)
+    reserve = allocator_reserve(s, churn, flat_step, p_t, largest_t, logits_block, bf16_logits)
     if s.kernels.expandable:
         backward_extra = params_work + grads_work + activations + logits + comm_current
         largest_freed = max(kept, loss_phase)
-        reserve += _step_pages_hole(s, p_t, largest_t, largest_freed, churn, step, backward_extra)
+        reserve += step_pages_hole(s, p_t, largest_t, largest_freed, churn, step, backward_extra)
     backward = params_work + grads_work + activations + logits + comm_current
     step_phase = step + (comm_current if z3 else 0)
     trained = params + reference + grads + optim + max(backward, step_phase) + reserve
-    load_excess = _kbit_load_peak(spec, s) - trained
+    load_excess = kbit_load_peak(spec, s) - trained
     if load_excess > 0:
         reserve += load_excess
         notes.append(
@@ -324,40 +262,6 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         nvme=c["nvme"],
         notes=tuple(notes),
         reference=int(reference),
-    )
-
-
-def quantized_notes(spec: ModelSpec, s: Setup) -> list[str]:
-    """A checkpoint quantized before training (config.json quantization_config): refused unless
-    the estimate describes it. It models 16-bit weights, and for --method qlora the NF4 weights
-    bitsandbytes makes at load; a bitsandbytes 4-bit checkpoint trained with --method qlora is
-    that (transformers loads it with its own quantization_config), except at ZeRO-3, whose
-    sharding of 4-bit weights needs the storage dojo sets when it quantizes."""
-    q = spec.quantization
-    if not q:
-        return []
-    method = s.run.model.method
-    if q == BNB_4BIT and method == "qlora":
-        if s.zero.stage == 3:
-            raise EstimateError(
-                f"{spec.name}: a checkpoint already bitsandbytes 4-bit is not estimated "
-                "at --zero 3: ZeRO-3 shards 4-bit weights stored as bf16, which dojo sets up only "
-                "when it quantizes the model itself",
-                hint="use --zero 2 (or 0, none), or the unquantized model with --method qlora",
-            )
-        dq = "with" if spec.quant_double else "without"
-        return [f"{spec.name} is already bitsandbytes 4-bit ({dq} double quant): estimated as "
-                "QLoRA's 4-bit base"]  # fmt: skip
-    hint = (
-        "use --method qlora: a bitsandbytes 4-bit checkpoint trains as QLoRA"
-        if q == BNB_4BIT
-        else "use the unquantized model it was made from (its config.json, or a name "
-        "like 8b); --method qlora quantizes that one with bitsandbytes"
-    )
-    raise EstimateError(
-        f"{spec.name}: config.json has a {q} quantization_config; the estimate models "
-        f"bf16 weights (NF4 for --method qlora), not {q} ones",
-        hint=hint,
     )
 
 
@@ -463,128 +367,3 @@ def _grads_after_layer_peak(spec: ModelSpec, s: Setup, grads: float, kept: float
     first = per_param * (spec.vocab_size * spec.hidden_size + spec.hidden_size + spec.layer_params)
     last = grads - (layers - 1) * kept / layers
     return max(0.0, grads - max(first, last))
-
-
-def _allocator_reserve(
-    s: Setup,
-    churn: float,
-    step: float,
-    p_t: int,
-    largest_t: int,
-    logits_block: float,
-    bf16_logits: float,
-) -> float:
-    """Reserved-but-free memory at the peak (PyTorch's caching allocator, CUDACachingAllocator).
-
-    A request over 10 MiB gets its own segment rounded to 2 MiB (smaller ones share 20 MiB
-    segments); a segment is split for later requests but never merged with another, and
-    nothing is handed back without empty_cache(). The backward's working set (activations,
-    logits, gathered ZeRO-3 params: ``churn``) is freed before the optimizer step, in blocks no
-    larger than one activation; the step's flat transients (bf16 flatten + fp32 upcast of the
-    gradient partition, or one ZeRO-3 sub-group) are single tensors of hundreds of MiB to GiB
-    that fit in none of them, so they get segments of their own the first step and the two
-    sets stay reserved side by side: min(churn, step) is held twice. The comm buckets are
-    allocated once and kept, so they are not in the churn. Without Liger the bf16 logits
-    block (2 B x T x V) is the largest transient of the backward phase: when the step is
-    small (LoRA) it is what stays reserved (measured on the H200: 2.16 GiB against 1.96 for
-    Llama-3.2-1B LoRA, 6.71 against max(6.91, 1.96) for full ZeRO-2).
-    expandable_segments maps the step into the pages the backward freed where a freed run is
-    large enough (no second set); what stays is a fraction of one fp32 logits block without Liger
-    (Calibration), and at ZeRO-1/2 what ``_step_pages_hole`` names (the caller adds it: it needs
-    the phases' sizes).
-    """
-    n = s.world_size
-    if s.kernels.expandable:
-        # HF's loss upcasts the logits (an fp32 block); ORPO's and CPO's log-prob kernel and NLL
-        # work on the bf16 logits themselves
-        upcast = 1 if s.run.objective.objective in ("orpo", "simpo") else 2
-        reserve = s.calibration.expandable_logits_reserve * upcast * bf16_logits
-        if s.zero.offload != "none":  # gradients held for their in-flight host copies
-            cal = s.calibration.offload_reserve_expandable
-            reserve += cal * (BF16 * p_t / n + FP32 * largest_t)
-        return reserve
-    if s.zero.offload != "none":
-        return s.calibration.offload_reserve * (BF16 * p_t / n + FP32 * largest_t)
-    if s.zero.level < 3 and not s.kernels.fused_loss:
-        # The bf16 logits block is free at the backward (loss) peak and the wrong size for
-        # the step's flat partitions, which keep segments of their own: both stay reserved.
-        return max(min(churn, step) + bf16_logits, logits_block)
-    return max(min(churn, step), logits_block)
-
-
-def _step_pages_hole(
-    s: Setup,
-    p_t: int,
-    largest_t: int,
-    largest_freed: float,
-    churn: float,
-    step: float,
-    backward_extra: float,
-) -> float:
-    """What ZeRO-1/2's optimizer step leaves reserved under expandable segments, beyond the
-    allocated peak. The step asks for partition-sized blocks (stage_1_and_2.py step: the fp64
-    norm copy of each gradient piece, the flat bf16 gradient, its fp32 upcast; on the first
-    step AdamW's m and v), each contiguous in the segment's virtual range. The pages the
-    backward freed (``churn``: activations, loss blocks) stay mapped; a block lands in them only
-    where one freed run is as large as it. The largest run is about the larger of the
-    activations the forward kept (allocated one after another) and the loss phase's blocks
-    (``largest_freed``).
-
-    - Runs smaller than the fp32 upcast (4 B x partition): the step's big blocks are mapped
-      anew beside them and all the freed pages stay reserved (allocator history on the H200,
-      Qwen3-1.7B full ZeRO-2 2 x 2048 without checkpointing, 6.1 GiB of kept activations
-      against a 6.4 GiB upcast: holes of 9.6, 6.4 and 6.3 GiB at the end); the fp64 norm copy
-      lands in them when it fits (``_norm_hole`` otherwise).
-    - Runs as large as the upcast take the step's blocks: only the norm copy's hole stays.
-
-    The holes are beside the step, not the backward: only what the step phase then holds above
-    the backward's allocated peak shows in the device total."""
-    if s.zero.stage not in (1, 2) or not s.deepspeed or s.zero.offload != "none":
-        return 0.0  # the norm is taken on the host's copy (offload); ZeRO-0/3 have no such step
-    partition = -(-p_t // s.world_size)
-    norm_copy = FP64 * min(largest_t, partition)
-    if largest_freed >= FP32 * partition:
-        return _norm_hole(norm_copy, partition)
-    held = churn + (0.0 if norm_copy <= largest_freed else _norm_hole(norm_copy, partition))
-    return max(0.0, step + held - max(backward_extra, step))
-
-
-def _norm_hole(norm_copy: int, partition: int) -> float:
-    """ZeRO-1/2 clip by a gradient norm taken in fp64: get_grad_norm_direct copies each gradient
-    piece of the rank's partition ``.to(get_norm_dtype())``, torch.double on CUDA, one at a time
-    (deepspeed/runtime/zero/stage_1_and_2.py, zero/utils.py). On the first step that 8 B copy of
-    the largest piece comes before the step's flat bf16 gradient (2 B x partition), its fp32
-    upcast and the optimizer's first m and v; all of them are larger, so none reuses its pages
-    and under expandable segments it stays reserved beside them. Read from the allocator's
-    history (bench/memsnap.py, H200, Gemma-2-2B full ZeRO-2 1 x 2048: a 4.395 GiB hole, 8 B
-    x its 590M-value embedding, of the 6.84 GiB reserved beyond the allocated peak). Where the
-    flat gradient is the smaller (an embedding over a quarter of the model), it lands in the
-    hole instead. ``norm_copy`` = 8 B x min(largest piece, partition); ZeRO-1/2 without offload
-    only (``_step_pages_hole`` decides)."""
-    return float(norm_copy) if norm_copy < BF16 * partition else 0.0
-
-
-def _comm(s: Setup, p_t: int, rbs: int) -> tuple[int, int]:
-    """(current, docs) communication-buffer bytes in the backward phase (docs/estimate.md,
-    "Communication buckets")."""
-    kappa = s.calibration.kappa
-    n = s.world_size
-    if not s.deepspeed:
-        # DDP (more than one rank) keeps every trainable gradient a second time in its flat
-        # buckets (torch/csrc/distributed/c10d/reducer.cpp initialize_buckets; the Trainer leaves
-        # gradient_as_bucket_view off), allocated with the model, in the gradients' dtype.
-        cur = (FP32 if s.fp32_adapters else BF16) * p_t if n > 1 else 0
-        return cur, cur
-    if s.zero.stage == 0:
-        # engine allreduce flattens up to MEMORY_OPT_ALLREDUCE_SIZE elements at a time, DP only
-        cur = BF16 * min(DS_ALLREDUCE_BYTES_ELEMS, p_t) if n > 1 else 0
-        return cur, cur
-    allocated = comm_buffer_bytes(s.zero.level, rbs, rbs, s.overlap, "current")
-    flatten = kappa * BF16 * min(rbs, p_t)
-    transient = flatten
-    if s.zero.stage == 3:  # reduce-scatter copies in flight: up to 2 with overlap_comm, 1 without
-        transient = flatten * (2 if s.overlap else 1) if n > 1 else 0.0
-    cur = int(allocated + transient)
-    docs_alloc = comm_buffer_bytes(s.zero.level, rbs, rbs, s.overlap, "docs")
-    docs = docs_alloc if docs_alloc != allocated else cur  # the docs figure is the whole cost
-    return cur, docs

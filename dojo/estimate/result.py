@@ -43,7 +43,7 @@ class MemoryEstimate:
     comm_current: int
     comm_docs: int
     fragmentation: int
-    """Caching-allocator reserve (reserved - allocated at the peak): see model._allocator_reserve."""
+    """Caching-allocator reserve (reserved - allocated at the peak): see reserve.allocator_reserve."""
     context: int
     nccl: int
     cpu_params: int

@@ -101,7 +101,7 @@ class Calibration:
     the backward's pages and nothing is held twice, but the freed loss blocks still leave holes
     that the next forward's smaller tensors split. Fitted on eight H200 rows under expandable
     segments without Liger (0.54-0.73, one Gemma-2 row 1.03; median 0.6). ORPO and SimPO make no
-    fp32 copy: their largest loss block is the bf16 logits (``model._allocator_reserve``)."""
+    fp32 copy: their largest loss block is the bf16 logits (``reserve.allocator_reserve``)."""
     cpu_process_gib: float = 2.5
     """Host RAM of one training process before any model state (python, torch, CUDA libs,
     data): 2.8-3.1 GiB measured in total on the H200 rows without offload."""

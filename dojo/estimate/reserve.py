@@ -1,0 +1,107 @@
+"""The caching allocator's reserve at the peak: reserved but free memory beside what is
+allocated (docs/estimate.md#allocator-reserve)."""
+
+from dojo.estimate.setup import Setup
+
+BF16 = 2
+FP32 = 4
+FP64 = 8
+
+
+def allocator_reserve(
+    s: Setup,
+    churn: float,
+    step: float,
+    p_t: int,
+    largest_t: int,
+    logits_block: float,
+    bf16_logits: float,
+) -> float:
+    """Reserved-but-free memory at the peak (PyTorch's caching allocator, CUDACachingAllocator).
+
+    A request over 10 MiB gets its own segment rounded to 2 MiB (smaller ones share 20 MiB
+    segments); a segment is split for later requests but never merged with another, and
+    nothing is handed back without empty_cache(). The backward's working set (activations,
+    logits, gathered ZeRO-3 params: ``churn``) is freed before the optimizer step, in blocks no
+    larger than one activation; the step's flat transients (bf16 flatten + fp32 upcast of the
+    gradient partition, or one ZeRO-3 sub-group) are single tensors of hundreds of MiB to GiB
+    that fit in none of them, so they get segments of their own the first step and the two
+    sets stay reserved side by side: min(churn, step) is held twice. The comm buckets are
+    allocated once and kept, so they are not in the churn. Without Liger the bf16 logits
+    block (2 B x T x V) is the largest transient of the backward phase: when the step is
+    small (LoRA) it is what stays reserved (measured on the H200: 2.16 GiB against 1.96 for
+    Llama-3.2-1B LoRA, 6.71 against max(6.91, 1.96) for full ZeRO-2).
+    expandable_segments maps the step into the pages the backward freed where a freed run is
+    large enough (no second set); what stays is a fraction of one fp32 logits block without Liger
+    (Calibration), and at ZeRO-1/2 what ``step_pages_hole`` names (the caller adds it: it needs
+    the phases' sizes).
+    """
+    n = s.world_size
+    if s.kernels.expandable:
+        # HF's loss upcasts the logits (an fp32 block); ORPO's and CPO's log-prob kernel and NLL
+        # work on the bf16 logits themselves
+        upcast = 1 if s.run.objective.objective in ("orpo", "simpo") else 2
+        reserve = s.calibration.expandable_logits_reserve * upcast * bf16_logits
+        if s.zero.offload != "none":  # gradients held for their in-flight host copies
+            cal = s.calibration.offload_reserve_expandable
+            reserve += cal * (BF16 * p_t / n + FP32 * largest_t)
+        return reserve
+    if s.zero.offload != "none":
+        return s.calibration.offload_reserve * (BF16 * p_t / n + FP32 * largest_t)
+    if s.zero.level < 3 and not s.kernels.fused_loss:
+        # The bf16 logits block is free at the backward (loss) peak and the wrong size for
+        # the step's flat partitions, which keep segments of their own: both stay reserved.
+        return max(min(churn, step) + bf16_logits, logits_block)
+    return max(min(churn, step), logits_block)
+
+
+def step_pages_hole(
+    s: Setup,
+    p_t: int,
+    largest_t: int,
+    largest_freed: float,
+    churn: float,
+    step: float,
+    backward_extra: float,
+) -> float:
+    """What ZeRO-1/2's optimizer step leaves reserved under expandable segments, beyond the
+    allocated peak. The step asks for partition-sized blocks (stage_1_and_2.py step: the fp64
+    norm copy of each gradient piece, the flat bf16 gradient, its fp32 upcast; on the first
+    step AdamW's m and v), each contiguous in the segment's virtual range. The pages the
+    backward freed (``churn``: activations, loss blocks) stay mapped; a block lands in them only
+    where one freed run is as large as it. The largest run is about the larger of the
+    activations the forward kept (allocated one after another) and the loss phase's blocks
+    (``largest_freed``).
+
+    - Runs smaller than the fp32 upcast (4 B x partition): the step's big blocks are mapped
+      anew beside them and all the freed pages stay reserved (allocator history on the H200,
+      Qwen3-1.7B full ZeRO-2 2 x 2048 without checkpointing, 6.1 GiB of kept activations
+      against a 6.4 GiB upcast: holes of 9.6, 6.4 and 6.3 GiB at the end); the fp64 norm copy
+      lands in them when it fits (``_norm_hole`` otherwise).
+    - Runs as large as the upcast take the step's blocks: only the norm copy's hole stays.
+
+    The holes are beside the step, not the backward: only what the step phase then holds above
+    the backward's allocated peak shows in the device total."""
+    if s.zero.stage not in (1, 2) or not s.deepspeed or s.zero.offload != "none":
+        return 0.0  # the norm is taken on the host's copy (offload); ZeRO-0/3 have no such step
+    partition = -(-p_t // s.world_size)
+    norm_copy = FP64 * min(largest_t, partition)
+    if largest_freed >= FP32 * partition:
+        return _norm_hole(norm_copy, partition)
+    held = churn + (0.0 if norm_copy <= largest_freed else _norm_hole(norm_copy, partition))
+    return max(0.0, step + held - max(backward_extra, step))
+
+
+def _norm_hole(norm_copy: int, partition: int) -> float:
+    """ZeRO-1/2 clip by a gradient norm taken in fp64: get_grad_norm_direct copies each gradient
+    piece of the rank's partition ``.to(get_norm_dtype())``, torch.double on CUDA, one at a time
+    (deepspeed/runtime/zero/stage_1_and_2.py, zero/utils.py). On the first step that 8 B copy of
+    the largest piece comes before the step's flat bf16 gradient (2 B x partition), its fp32
+    upcast and the optimizer's first m and v; all of them are larger, so none reuses its pages
+    and under expandable segments it stays reserved beside them. Read from the allocator's
+    history (bench/memsnap.py, H200, Gemma-2-2B full ZeRO-2 1 x 2048: a 4.395 GiB hole, 8 B
+    x its 590M-value embedding, of the 6.84 GiB reserved beyond the allocated peak). Where the
+    flat gradient is the smaller (an embedding over a quarter of the model), it lands in the
+    hole instead. ``norm_copy`` = 8 B x min(largest piece, partition); ZeRO-1/2 without offload
+    only (``step_pages_hole`` decides)."""
+    return float(norm_copy) if norm_copy < BF16 * partition else 0.0
