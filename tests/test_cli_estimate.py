@@ -142,7 +142,8 @@ def test_overlap_rule_docs_shows_both(cli) -> None:
 def test_qlora_zero3_note(cli) -> None:
     r = cli("estimate", "--model", "7b", "--zero", "3", "--method", "qlora", "--num-gpus", "2")
     assert r.exit_code == 0
-    assert "note: ZeRO-3 + QLoRA needs bnb_4bit_quant_storage=bfloat16" in r.stderr
+    assert "note: ZeRO-3 + QLoRA stores the 4-bit weights as bf16" in r.stderr
+    assert "quantization statistics stay whole on every GPU" in r.stderr
 
 
 def test_local_config(cli, tmp_path) -> None:

@@ -1,9 +1,11 @@
 """The estimate's mixture-of-experts terms: LoRA all-linear's adapters on fused experts, the
 merged expert weights they make every forward, the dispatch's tensors per token, and QLoRA's
-fp32 load of the experts (dojo/estimate/moe.py, model.py _kbit_load_peak)."""
+load of the experts (dojo/estimate/moe.py, quant.py kbit_load_peak)."""
 
 import json
 from pathlib import Path
+
+import pytest
 
 from dojo.estimate import Setup, estimate
 from dojo.estimate.activations import activation_phases
@@ -50,17 +52,35 @@ def test_dispatch_keeps_expert_outputs_and_inputs_per_token() -> None:
     assert moe_saved_per_token(resolve_model("llama-3.2-1b"), LORA) == 0
 
 
-def test_qlora_load_upcasts_the_experts_above_the_training_peak() -> None:
+def test_qlora_load_is_charged_where_it_peaks() -> None:
+    """Under DeepSpeed dojo loads QLoRA without PEFT's fp32 upcast, so at ZeRO-2 the load (the
+    whole NF4 model and its bf16 experts) stays below training; TRL's ORPO trainer upcasts the
+    experts itself, which can be the peak; at ZeRO-3 on several GPUs the whole model sits on
+    every GPU until the engine partitions it."""
     q = LORA.changed(method="qlora")
     e = estimate(Q15, q)
-    assert any("prepare_model_for_kbit_training" in n for n in e.notes)
+    assert not any("the load peaks" in n for n in e.notes)
+    orpo = estimate(Q15, q.changed(objective="orpo"))
+    assert any("TRL's ORPO/CPO trainers upcast" in n for n in orpo.notes)
     rest = Q15.params - Q15.quantizable_params
-    assert e.allocated + e.fragmentation >= 4 * rest  # the fp32 experts at load
-    dense = estimate(resolve_model("llama-3.2-1b"), q)  # below its training peak: no note
-    assert not any("prepare_model_for_kbit_training" in n for n in dense.notes)
-    assert not any(  # without DeepSpeed the fp32 weights stay and are counted already
-        "prepare_model_for_kbit_training" in n for n in estimate(Q15, q.changed(stage="none")).notes
+    assert orpo.allocated + orpo.fragmentation >= 4 * rest  # the fp32 experts at load
+    z3 = estimate(Q15, q.changed(stage=3, gpus_per_node=8))
+    assert any("every GPU holds the whole 4-bit model" in n for n in z3.notes)
+    assert z3.allocated + z3.fragmentation >= 0.5 * Q15.quantizable_params + 2 * rest
+    assert not any(  # without DeepSpeed the load's weights are the training terms' own
+        "the load peaks" in n for n in estimate(Q15, q.changed(stage="none")).notes
     )
+
+
+def test_zero3_keeps_the_quantization_statistics_whole() -> None:
+    """ZeRO-3 partitions the packed 4-bit data, not bitsandbytes' quant_state: on 8 GPUs the
+    params column holds all the statistics and an eighth of the rest."""
+    llama = resolve_model("llama-3.1-70b")
+    one, eight = (
+        estimate(llama, Setup.of(stage=3, method="qlora", gpus_per_node=n)) for n in (1, 8)
+    )
+    stats = (0.5159 - 0.5) * llama.quantizable_params
+    assert eight.params == pytest.approx((one.params - stats) / 8 + stats, rel=1e-6)
 
 
 def test_all_linear_on_fused_experts_runs_without_dropout(cli) -> None:

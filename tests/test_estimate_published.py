@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dojo.estimate import Setup, estimate
+from dojo.estimate import GIB, Setup, estimate
 from dojo.modelspec import ModelSpec, from_hf_config, resolve_model
 
 DATA = json.loads((Path(__file__).parent / "data" / "published_memory.json").read_text())
@@ -40,8 +40,11 @@ TOLERANCED = [r for r in DATA["rows"] if r["tolerance"] is not None]
 
 @pytest.mark.parametrize("row", TOLERANCED, ids=[r["name"] for r in TOLERANCED])
 def test_estimate_within_stated_tolerance(row: dict[str, Any]) -> None:
+    """A row whose stack loaded its quantized model under zero.Init (``training_phase``) never
+    held the whole model on one GPU: its figure is compared with the training phase alone."""
     e = estimate(_spec(row["model"]), _setup(row))
-    assert e.gpu_total_gib == pytest.approx(row["published_gib"], rel=row["tolerance"])
+    gib = e.gpu_total_gib - (e.load_excess / GIB if row.get("training_phase") else 0.0)
+    assert gib == pytest.approx(row["published_gib"], rel=row["tolerance"])
 
 
 def test_rows_name_their_source_and_units() -> None:

@@ -11,7 +11,13 @@ from dojo.estimate.activations import activation_bytes as activation_bytes
 from dojo.estimate.activations import activation_phases, split_peak
 from dojo.estimate.comm import comm_bytes
 from dojo.estimate.host import host_terms
-from dojo.estimate.quant import kbit_load_peak, nf4_bytes, quantized_notes
+from dojo.estimate.quant import (
+    kbit_load_peak,
+    load_note,
+    nf4_bytes,
+    quant_stats_bytes,
+    quantized_notes,
+)
 from dojo.estimate.reserve import allocator_reserve, step_pages_hole
 from dojo.estimate.result import GIB as GIB
 from dojo.estimate.result import MemoryEstimate as MemoryEstimate
@@ -116,8 +122,9 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     p_t, w_base, largest_t = _trainable(spec, s)
     if s.run.model.method == "qlora" and s.zero.stage == 3:
         notes.append(
-            "ZeRO-3 + QLoRA needs bnb_4bit_quant_storage=bfloat16 (the model dtype) "
-            "and zero3_init; quantized weights are then partitioned like bf16 ones"
+            "ZeRO-3 + QLoRA stores the 4-bit weights as bf16 (bnb_4bit_quant_storage) so ZeRO-3 "
+            "partitions them like bf16 ones; their quantization statistics stay whole on every "
+            "GPU"
         )
     t_bytes = FP32 if s.fp32_adapters else BF16  # bytes per trainable param (and its grad)
     stored = w_base + t_bytes * p_t if s.run.model.method != "full" else float(BF16 * spec.params)
@@ -134,7 +141,12 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
             "ZeRO-1/2 have no NVMe swapper: offload_optimizer nvme keeps states in CPU RAM"
         )
     # --- static GPU terms ---
-    params = 0.0 if s.zero.offload_param != "none" else (stored / n if z3 else stored)
+    # ZeRO-3 partitions the 4-bit weights' packed data but not their quantization statistics
+    # (bitsandbytes keeps them in the weight's quant_state, not a parameter): every GPU holds
+    # them all (bench/kbit_z3_cpu.py).
+    stats = quant_stats_bytes(spec, s) if z3 else 0.0
+    sharded = 0.0 if s.zero.offload_param != "none" else (stored - stats) / n
+    params = stats + sharded if z3 else stored
     grads: float
     if s.zero.level in (0, 1):
         grads = t_bytes * p_t  # ZeRO-1 keeps full grads until the boundary reduce-scatter
@@ -221,11 +233,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     load_excess = kbit_load_peak(spec, s) - trained
     if load_excess > 0:
         reserve += load_excess
-        notes.append(
-            f"the load peaks above training: prepare_model_for_kbit_training upcasts every "
-            f"weight that is not 4-bit to fp32 before DeepSpeed casts them back (+"
-            f"{load_excess / GIB:.1f} GiB, shown in the reserve column)"
-        )
+        notes.append(load_note(s, load_excess / GIB))
     c = host_terms(spec, s, p_t, largest_t, stored)
     if c["nvme"]:
         notes.append(f"NVMe holds {c['nvme'] / GIB:.1f} GiB per node")
@@ -262,6 +270,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         nvme=c["nvme"],
         notes=tuple(notes),
         reference=int(reference),
+        load_excess=int(max(0.0, load_excess)),
     )
 
 

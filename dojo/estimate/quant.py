@@ -19,25 +19,51 @@ def nf4_bytes(spec: ModelSpec) -> float:
     return NF4_BYTES if spec.quantization == BNB_4BIT and not spec.quant_double else NF4_DQ_BYTES
 
 
-def kbit_load_peak(spec: ModelSpec, s: Setup) -> float:
-    """Device bytes at the load of a QLoRA run under DeepSpeed ZeRO 0-2, before training.
+def quant_stats_bytes(spec: ModelSpec, s: Setup) -> float:
+    """QLoRA's quantization statistics (the absmax blocks and double quantization's constants)
+    beyond the 0.5 B of packed values a weight."""
+    return (
+        (nf4_bytes(spec) - 0.5) * spec.quantizable_params if s.run.model.method == "qlora" else 0.0
+    )
 
-    dojo's worker (like PEFT's guide) calls prepare_model_for_kbit_training on the 4-bit model
-    on the GPU, which casts every parameter that is not 4-bit to fp32 one at a time
-    (peft/utils/other.py: embeddings, head, norms, and an MoE model's fused experts and routers,
-    which bitsandbytes does not quantize); the DeepSpeed engine casts them back to bf16 later,
-    and ZeRO-1/2's __init__ empties the cache. So the device holds the NF4 weights + 4 B x the
-    rest (+ the bf16 copy of the largest rest tensor while it is cast) once, at load. For a
-    dense model that is below the training peak; for an MoE model, whose experts are most of
-    it, it can be the peak nvidia-smi sees. Without DeepSpeed the fp32 weights stay and the
-    training terms count them already; ZeRO-3 loads quantized models without zero.Init and is
-    not counted here."""
-    if s.run.model.method != "qlora" or not s.deepspeed or s.zero.stage == 3:
+
+def kbit_load_peak(spec: ModelSpec, s: Setup) -> float:
+    """Device bytes at the load of a QLoRA run under DeepSpeed, before training.
+
+    transformers loads a quantized model without zero.Init and puts it on the process's GPU
+    (the bitsandbytes quantizer's device_map), so every GPU holds the whole NF4 model and its
+    16-bit rest (embeddings, head, norms, an MoE model's fused experts and routers, which
+    bitsandbytes does not quantize) until the engine starts; ZeRO-3 partitions it only then.
+    dojo leaves out PEFT's fp32 upcast of that rest under DeepSpeed (the engine casts it back to
+    bf16), but TRL's ORPO and CPO (SimPO) trainers run PEFT's preparation themselves: the rest is
+    fp32 there, with a bf16 copy of its largest tensor while it is cast. At ZeRO 0-2 this is
+    below the training peak (the same weights, whole); at ZeRO-3 on several GPUs it can be the
+    peak. Without DeepSpeed the training terms count the load's weights already."""
+    if s.run.model.method != "qlora" or not s.deepspeed:
         return 0.0
-    nf4 = nf4_bytes(spec)
     rest = spec.params - spec.quantizable_params
-    largest_rest = max(spec.embedding_params, spec.num_experts * spec.expert_params * 2 // 3)
-    return nf4 * spec.quantizable_params + FP32 * rest + BF16 * largest_rest
+    load = nf4_bytes(spec) * spec.quantizable_params + BF16 * rest
+    if upcast_by_trl(s):
+        largest_rest = max(spec.embedding_params, spec.num_experts * spec.expert_params * 2 // 3)
+        load += (FP32 - BF16) * rest + BF16 * largest_rest
+    return load
+
+
+def upcast_by_trl(s: Setup) -> bool:
+    """TRL's ORPO and CPO trainers call PEFT's prepare_model_for_kbit_training on a 4-bit model."""
+    return s.run.objective.objective in ("orpo", "simpo")
+
+
+def load_note(s: Setup, excess_gib: float) -> str:
+    """What the estimate says when the load peaks above training."""
+    why = (
+        "TRL's ORPO/CPO trainers upcast every weight that is not 4-bit to fp32 before DeepSpeed "
+        "casts them back"
+        if upcast_by_trl(s)
+        else "every GPU holds the whole 4-bit model until ZeRO-3 partitions it (transformers "
+        "loads quantized models without zero.Init)"
+    )
+    return f"the load peaks {excess_gib:.1f} GiB above training (in the reserve column): {why}"
 
 
 def quantized_notes(spec: ModelSpec, s: Setup) -> list[str]:

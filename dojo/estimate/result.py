@@ -60,6 +60,9 @@ class MemoryEstimate:
     reference: int = 0
     """A preference objective's frozen reference model on this GPU (DPO/KTO full fine-tuning):
     a bf16 copy of the weights, /N at ZeRO-3. Shown in the params column."""
+    load_excess: int = 0
+    """How far QLoRA's load peaks above the training phase (quant.kbit_load_peak), already in
+    ``fragmentation`` (the reserve column); 0 where training is the peak."""
 
     @property
     def comm(self) -> int:

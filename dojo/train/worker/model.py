@@ -64,13 +64,32 @@ def load_model(run: Run, weights: str) -> Any:
     )
     model.config.use_cache = False  # the KV cache is useless in training and costs memory
     if run.model.method == "qlora":
+        model = prepare_kbit(model, run)
+    return model
+
+
+def prepare_kbit(model: Any, run: Run) -> Any:
+    """PEFT's k-bit preparation (``prepare_model_for_kbit_training``): the base frozen and, with
+    checkpointing, the embeddings' output made to require grad (reentrant checkpointing needs a
+    grad-requiring input) and checkpointing on. PEFT also upcasts every weight that is not 4-bit
+    to fp32 (embeddings, head, norms; an MoE model's experts). Without DeepSpeed that stays, as
+    in a plain PEFT script. Under DeepSpeed the engine casts every weight back to bf16 when it
+    starts (``_cast_module_mixed_precision``), so the upcast would only raise the load's peak
+    (the whole model is on every GPU then, at ZeRO-3 too: transformers skips zero.Init for
+    quantized models), and dojo leaves it out."""
+    ckpt = {"use_reentrant": True}  # as the Trainer's (args.py)
+    if not run.zero.deepspeed:
         from peft import prepare_model_for_kbit_training
 
-        model = prepare_model_for_kbit_training(  # type: ignore[no-untyped-call]
+        return prepare_model_for_kbit_training(  # type: ignore[no-untyped-call]
             model,
             use_gradient_checkpointing=run.kernels.grad_ckpt,
-            gradient_checkpointing_kwargs={"use_reentrant": True},  # as the Trainer's (args.py)
+            gradient_checkpointing_kwargs=ckpt,
         )
+    model.requires_grad_(False)
+    if run.kernels.grad_ckpt:
+        model.enable_input_require_grads()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=ckpt)
     return model
 
 
