@@ -7,8 +7,9 @@ from dojo.modelspec import ModelSpec
 
 BF16 = 2
 FP32 = 4
-# bitsandbytes 0.50 NF4 with double quant, measured: 0.5 B packed + 8-bit absmax per 64 values +
-# fp32 second-level constants per 256 blocks (docs/estimate.md, "LoRA and QLoRA"; QLoRA paper sec 3).
+# bitsandbytes 0.50 NF4 with double quant, measured: 0.5 B packed + 8-bit absmax per 64 values
+# + fp32 second-level constants per 256 blocks (docs/estimate.md, "LoRA and QLoRA"; QLoRA paper
+# sec 3).
 NF4_DQ_BYTES = 0.5159
 NF4_BYTES = 0.5625  # without double quant: 0.5 B + an fp32 absmax per 64 values
 BNB_4BIT = "bitsandbytes 4-bit"  # ModelSpec.quantization of a checkpoint bitsandbytes quantized

@@ -40,9 +40,10 @@ PLAN_KEY = "dojo_unpadded"
 
 def plan(attention_mask: torch.Tensor) -> dict[str, Any] | None:
     """Where each row's real tokens go in one flat row: ``shape`` (the padded batch's),
-    ``index`` (their positions in the padded batch, flattened), ``position_ids`` [1, total], ``cu_seq_lens`` (int32 start offsets,
-    then the total) and ``max_length``. None when a row is not right-padded (real tokens first,
-    then padding only), or is empty: such a batch stays padded."""
+    ``index`` (their positions in the padded batch, flattened), ``position_ids`` [1, total],
+    ``cu_seq_lens`` (int32 start offsets, then the total) and ``max_length``. None when a row is
+    not right-padded (real tokens first, then padding only), or is empty: such a batch cannot
+    be unpadded."""
     mask = attention_mask.to("cpu", torch.bool)
     lengths = mask.sum(1)
     prefix = torch.arange(mask.shape[1])[None, :] < lengths[:, None]
@@ -60,11 +61,11 @@ def plan(attention_mask: torch.Tensor) -> dict[str, Any] | None:
 
 
 class Unpad:
-    """The backbone's pair of hooks (``install``). A stack, not one slot: a hook that raised
-    leaves nothing behind (the post-hook always runs), and each pre-hook pairs with its own
-    post-hook. ``strict``: a padded batch that cannot be unpadded is an error (sdpa_varlen has
-    no padding mask to fall back on: transformers gives it none); FlashAttention-2 takes it
-    padded."""
+    """The backbone's pair of hooks (``install``). A stack, not one slot: each pre-hook pairs
+    with its own post-hook, and a forward that raised leaves nothing behind (the post-hook
+    always runs, and a pre-hook that raised pushed nothing). ``strict``: a padded batch that
+    cannot be unpadded is an error (sdpa_varlen has no padding mask to fall back on:
+    transformers gives it none); FlashAttention-2 takes it padded."""
 
     def __init__(self, strict: bool = True) -> None:
         self._open: list[tuple[torch.Tensor, int, int] | None] = []
