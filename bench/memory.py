@@ -7,8 +7,10 @@ A row is one `dojo train` run (system "dojo") or one run of the plain HF Trainer
 script (system "plain", bench/baseline_trainer.py): random bf16 weights of the real shape
 (bench/workload.py), 3 optimizer steps on synthetic chats (packed rows of exactly seq-len tokens,
 or fixed-length samples: no padding either way). Measured per process, so several short rows can
-share the GPU: nvidia-smi's per-process memory summed over the row's process tree (sampled every
-0.2 s), torch's peaks after step 1 from the run's own summary, host RSS of the tree.
+share the GPU: nvidia-smi's per-process memory summed over the row's process tree on each GPU,
+its fullest GPU's (sampled every 0.2 s), torch's peaks after step 1 from the run's own summary,
+host RSS of the tree. A row on several GPUs (Row.gpus) runs alone on GPUs 0..gpus-1, and is
+refused on a machine with fewer.
 
 The estimate of a dojo row is `dojo estimate` with the same setting flags the row passes to
 `dojo train` (dojo_flags, in process through dojo's CLI), so the bench never re-implements dojo's
@@ -125,10 +127,11 @@ def memsnap_env(row: Row) -> dict[str, str]:
 
 
 def command(row: Row, model: Path, data: Path, run_dir: Path, gpu: int = 0) -> list[str]:
-    """The argv that runs the row on GPU `gpu`."""
+    """The argv that runs the row on GPU `gpu` (a row on several GPUs: on 0..gpus-1)."""
+    gpus = ",".join(str(i) for i in range(row.gpus)) if row.gpus > 1 else str(gpu)
     if row.system == "plain":
         return [
-            sys.executable, "-m", "deepspeed.launcher.runner", "--include", f"localhost:{gpu}",
+            sys.executable, "-m", "deepspeed.launcher.runner", "--include", f"localhost:{gpus}",
             "--master_port", str(free_port()), str(BENCH / "baseline_trainer.py"),
             "--model", str(model), "--data", str(data), "--out", str(run_dir),
             "--seq-len", str(row.seq_len), "--micro-batch", str(row.micro_batch),
@@ -137,7 +140,7 @@ def command(row: Row, model: Path, data: Path, run_dir: Path, gpu: int = 0) -> l
             *(["--grad-ckpt"] if row.grad_ckpt else []),
         ]  # fmt: skip
     return [
-        sys.executable, "-m", "dojo", "train", "--gpus", str(gpu), "--model", str(model),
+        sys.executable, "-m", "dojo", "train", "--gpus", gpus, "--model", str(model),
         "--data", str(data), "--template", "chatml", *dojo_flags(row),
         "--max-steps", str(STEPS), "--save-steps", "0", "--no-save-model",
         "--output-dir", str(run_dir), "--force",
@@ -274,7 +277,7 @@ def estimate_row(
     if row.system == "plain":
         zo = None if ran is None else (ran.get("zero_optimization") or {})
         return plain_estimate(row, zo, model, gpu_gib, host_gib)
-    flags = dojo_flags(row)
+    flags = dojo_flags(row) + (["--num-gpus", str(row.gpus)] if row.gpus > 1 else [])
     if ran is not None:
         from dojo.modelspec import resolve_model
 
@@ -360,13 +363,14 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         import psutil
 
-        q = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+        q = ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory",
+             "--format=csv,noheader,nounits"]  # fmt: skip
         while not self.stop.is_set():
-            used: dict[int, float] = {}
+            used: dict[tuple[int, str], float] = {}  # (pid, GPU) -> MiB
             for line in subprocess.run(q, capture_output=True, text=True).stdout.splitlines():
                 with contextlib.suppress(ValueError):
-                    pid, mib = line.split(",")
-                    used[int(pid)] = float(mib)
+                    pid, gpu, mib = (x.strip() for x in line.split(","))
+                    used[(int(pid), gpu)] = float(mib)
             with self.lock:
                 rows = list(self.running.values())
             for r in rows:
@@ -375,7 +379,7 @@ class Sampler(threading.Thread):
                 except psutil.NoSuchProcess:
                     continue
                 r.pids |= {k.pid for k in kids}
-                g = sum(v for p, v in used.items() if p in r.pids)
+                g = row_gpu_mib(used, r.pids)
                 self.matched = self.matched or g > 0
                 r.gpu_mib = max(r.gpu_mib, g)
                 rss = 0
@@ -389,6 +393,16 @@ class Sampler(threading.Thread):
                 big.neighbours.add("KILLED_FOR_HOST_RAM")
                 os.killpg(big.proc.pid, 9)
             self.stop.wait(0.2)
+
+
+def row_gpu_mib(used: dict[tuple[int, str], float], pids: set[int]) -> float:
+    """A row's memory on its fullest GPU: its processes' nvidia-smi memory summed per GPU (one
+    rank a GPU on a row over several; a single-GPU row sums its whole tree)."""
+    per_gpu: dict[str, float] = {}
+    for (pid, gpu), mib in used.items():
+        if pid in pids:
+            per_gpu[gpu] = per_gpu.get(gpu, 0.0) + mib
+    return max(per_gpu.values(), default=0.0)
 
 
 def finish(r: Running, log: str, work: Path, gpu_gib: float, host_gib: float) -> dict[str, Any]:
@@ -441,7 +455,8 @@ def run_gpu(a: argparse.Namespace) -> None:
     work.mkdir(parents=True, exist_ok=True)
     from dojo.gpus import list_gpus
 
-    gpu_gib = list_gpus()[0].memory_gib
+    gpus = list_gpus()
+    gpu_gib = gpus[0].memory_gib
     rows = rows_of(a.set, a.only)
     shapes = list(dict.fromkeys(r.shape for r in rows))
     maker = subprocess.Popen(
@@ -477,13 +492,15 @@ def run_gpu(a: argparse.Namespace) -> None:
             if row.shape not in ready:
                 continue
             est = estimate_row(row, work, gpu_gib, a.host_gib)
+            if row.gpus > len(gpus):
+                est = {"error": f"the row trains on {row.gpus} GPUs, this machine has {len(gpus)}"}
             if "error" in est:  # dojo train would refuse it too
                 queue.remove(row)
                 doc["rows"].append({"row": row.label(), "split": row.split, "call": 0,
                                     "params": dataclasses.asdict(row), "refused": est["error"]})  # fmt: skip
                 print(f"refused {row.label()}: {est['error']}", flush=True)
                 continue
-            alone = row.expect_oom or not est["fits"] or row.label() in retried
+            alone = row.expect_oom or not est["fits"] or row.label() in retried or row.gpus > 1
             need = gpu_gib if alone else min(gpu_gib, est["gpu_gib"] * 1.1 + 2)
             held = sum(r.need for r in running.values())
             # CPU-offload rows hold tens of GiB of host memory each: admit by host memory too

@@ -153,6 +153,7 @@ class Row:
     attn: str = "auto"  # dojo: --attn
     liger_loss: bool = False  # dojo: --liger loss (Liger's fused loss without its layer kernels)
     extra: tuple[str, ...] = ()  # dojo: more dojo train flags, as given
+    gpus: int = 1  # GPUs the row trains on (0..gpus-1); a row on more than one runs alone
 
     def label(self) -> str:
         """The row's name: unique in its set, stable (the result files and --only use it)."""
@@ -178,6 +179,8 @@ class Row:
         if self.liger_loss:
             bits.append("ligerloss")
         bits += [t.lstrip("-").replace("-", "") for t in self.extra]
+        if self.gpus > 1:
+            bits.append(f"gpus{self.gpus}")
         return "_".join(bits)
 
 
@@ -196,6 +199,7 @@ SPLIT = "max_split_size_mb:256"
 _CAL = ("--lora-dropout", "0", "--bucket-size", "5e8")  # the calibration runs' own flags
 _OFF, _ON = ("--no-overlap-comm",), ("--overlap-comm",)
 _DPO = ("--objective", "dpo")
+_SMALL_Z3 = ("--prefetch-bucket-size", "1e7", "--z3-leaf", "off")  # ZeRO-3 gathers one module
 
 # fmt: off
 MEMORY_SETS: dict[str, MemorySet] = {
@@ -702,6 +706,28 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "q06", -1, micro_batch=4, liger=False, alloc=EXP),
             Row(H, D, "q06", -1, micro_batch=2, liger=False, alloc=EXP, extra=("--grad-accum", "2")),
             Row(H, D, "l1b", 2, micro_batch=2, liger=False, alloc=EXP, extra=("--grad-accum", "4")),
+        ),
+    ),
+    "heldout-kbit-load": MemorySet(
+        about="QLoRA's load, where it is the peak. One GPU: Qwen2-MoE's experts (bf16: "
+        "bitsandbytes does not quantize 3-D experts) after dojo's load, which no longer upcasts "
+        "what is not 4-bit under DeepSpeed, against the same run under TRL's ORPO trainer, "
+        "which does (PEFT's prepare_model_for_kbit_training). Two GPUs (a two-GPU lease): "
+        "ZeRO-3, where transformers loads a quantized model without zero.Init, so each GPU holds "
+        "the whole 4-bit model and its bf16 rest until the engine partitions it, and "
+        "bitsandbytes' quantization statistics stay whole on both GPUs after "
+        "(bench/kbit_z3_cpu.py); short rows with a small prefetch bucket, where that load is "
+        "the peak, and one longer row, where training is. Every row held: the load terms come "
+        "from the source and the CPU probe, nothing was fitted.",
+        committed="this commit, before the set ran",
+        was="bench/rows.py",
+        rows=(
+            Row(H, D, "q2moe", 2, "qlora", micro_batch=1, seq_len=512, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q2moe", 2, "qlora", micro_batch=1, seq_len=512, grad_ckpt=True, liger=False, packing=False, alloc=EXP, extra=("--objective", "orpo")),
+            Row(H, D, "l8b", 3, "qlora", micro_batch=1, seq_len=512, grad_ckpt=True, alloc=EXP, extra=_SMALL_Z3, gpus=2),
+            Row(H, D, "m7b", 3, "qlora", micro_batch=1, seq_len=512, grad_ckpt=True, alloc=EXP, extra=_SMALL_Z3, gpus=2),
+            Row(H, D, "q2moe", 3, "qlora", micro_batch=1, seq_len=512, grad_ckpt=True, alloc=EXP, extra=_SMALL_Z3, gpus=2),
+            Row(H, D, "l8b", 3, "qlora", micro_batch=2, seq_len=4096, grad_ckpt=True, alloc=EXP, gpus=2),
         ),
     ),
 }

@@ -6,6 +6,7 @@ A GPU memory call once died in 37 s on a dojo field removed a session earlier: n
 had resolved the rows since. The dry run here is what the GPU run does before it launches a row.
 """
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -114,6 +115,27 @@ def test_a_dojo_row_passes_the_same_settings_to_train_and_estimate(
     plain = rows.Row("held", "plain", "l1b", -1, "qlora", grad_ckpt=True)
     cmd = memory.command(plain, tmp_path / "m", tmp_path / "d.jsonl", tmp_path / "run")
     assert cmd[7].endswith("baseline_trainer.py") and cmd[cmd.index("--zero") + 1] == "none"
+
+
+def test_a_row_on_two_gpus(bench: None, tmp_path: Path) -> None:
+    """It trains on GPUs 0 and 1 (dojo and the plain script), its estimate is for two GPUs, and
+    its memory is its fullest GPU's, not the two ranks' sum."""
+    memory = importlib.import_module("memory")
+    rows = importlib.import_module("rows")
+    row = rows.Row("held", "dojo", "q15", 3, "qlora", micro_batch=1, seq_len=512, gpus=2)
+    assert row.label().endswith("_gpus2")
+    assert not rows.Row("held", "dojo", "q15", 3, "qlora").label().endswith("gpus1")
+    cmd = memory.command(row, tmp_path / "m", tmp_path / "d.jsonl", tmp_path / "run", gpu=3)
+    assert cmd[cmd.index("--gpus") + 1] == "0,1"
+    plain = memory.command(dataclasses.replace(row, system="plain"), tmp_path / "m",
+                           tmp_path / "d.jsonl", tmp_path / "run")  # fmt: skip
+    assert plain[plain.index("--include") + 1] == "localhost:0,1"
+    one = memory.estimate_row(dataclasses.replace(row, gpus=1), tmp_path, 139.8, 125.8)
+    two = memory.estimate_row(row, tmp_path, 139.8, 125.8)
+    assert two["gpu_gib"] != one["gpu_gib"]  # ZeRO-3 over two GPUs, not one
+    used = {(10, "GPU-a"): 3000.0, (11, "GPU-b"): 2500.0, (12, "GPU-a"): 500.0, (99, "GPU-b"): 7e4}
+    assert memory.row_gpu_mib(used, {10, 11, 12}) == 3500.0
+    assert memory.row_gpu_mib(used, {5}) == 0.0
 
 
 def test_setting_flags_are_flags_of_both_commands(bench: None) -> None:
