@@ -719,7 +719,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "(bench/kbit_z3_cpu.py); short rows with a small prefetch bucket, where that load is "
         "the peak, and one longer row, where training is. Every row held: the load terms come "
         "from the source and the CPU probe, nothing was fitted.",
-        committed="this commit, before the set ran",
+        committed="9bdd967, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(H, D, "q2moe", 2, "qlora", micro_batch=1, seq_len=512, grad_ckpt=True, alloc=EXP),
