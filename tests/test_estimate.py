@@ -308,6 +308,7 @@ def test_to_dict_schema(l7) -> None:
         "offload_param",
         "gpu_gib",
         "cpu_gib",
+        "load_above_training_gib",
         "fits",
         "verdict",
     ]

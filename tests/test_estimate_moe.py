@@ -140,3 +140,12 @@ def test_liger_spares_the_experts_lora_adapts(cli, monkeypatch) -> None:
     assert said not in cli("estimate", "--model", mix, "--method", "lora",
                            "--lora-targets", "q_proj,v_proj").stderr  # fmt: skip
     assert "without its SwiGLU" not in cli("estimate", "--model", mix, "--method", "full").stderr
+
+
+def test_json_names_the_load_above_training() -> None:
+    """`dojo estimate --json` says how much of the reserve column is the load."""
+    q = LORA.changed(method="qlora", objective="orpo")
+    d = estimate(Q15, q).to_dict()
+    assert d["load_above_training_gib"] > 0
+    assert d["load_above_training_gib"] <= d["gpu_gib"]["allocator_reserve"]
+    assert estimate(Q15, LORA).to_dict()["load_above_training_gib"] == 0

@@ -190,6 +190,8 @@ class MemoryEstimate:
             "offload_param": self.setup.zero.offload_param,
             "gpu_gib": {k: round(v / GIB, 3) for k, v in self.gpu_columns().items()},
             "cpu_gib": {k: round(v / GIB, 3) for k, v in self.cpu_columns().items()},
+            # already in gpu_gib's allocator_reserve: where QLoRA's load peaks above training
+            "load_above_training_gib": round(self.load_excess / GIB, 3),
             "fits": self.fits,
             "verdict": self.verdict,
         }
