@@ -19,11 +19,17 @@ def random_examples(lengths: tuple[int, ...], seed: int = 1) -> list[dict[str, l
 
 
 def tiny_llama(attn: str) -> Any:
+    """dojo's tiny Llama (GQA: 4 heads, 2 kv heads), seeded random fp32 weights, under ``attn``
+    (dojo's ``sdpa_varlen`` registered first when asked for)."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from dojo.train.tiny import TINY_CONFIG
 
+    if attn == "sdpa_varlen":
+        from dojo.train.worker import varlen
+
+        varlen.register()
     cfg = LlamaConfig(**json.loads(TINY_CONFIG.read_text()))
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch.float32)

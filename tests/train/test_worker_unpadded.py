@@ -2,7 +2,6 @@
 real tokens of a padded batch, and TRL's head and the models' own heads see what a padded run
 gives them (CPU: sdpa_varlen's exact per-sample path)."""
 
-import json
 from typing import Any
 
 import pytest
@@ -12,20 +11,9 @@ pytest.importorskip("trl", reason="needs the train extra")
 import torch  # noqa: E402
 
 from dojo.train.worker import unpadded  # noqa: E402
+from tests.helpers.examples import tiny_llama  # noqa: E402
 
 LENGTHS = (9, 4, 13, 6)
-
-
-def _tiny(attn: str) -> Any:
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    from dojo.train.tiny import TINY_CONFIG
-    from dojo.train.worker import varlen
-
-    varlen.register()
-    cfg = LlamaConfig(**json.loads(TINY_CONFIG.read_text()))  # GQA: 4 heads, 2 kv heads
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch.float32)
 
 
 def _padded_batch() -> dict[str, torch.Tensor]:
@@ -68,7 +56,7 @@ def test_trl_fused_head_log_probs_and_grads_match_the_padded_run(planned: bool) 
     from trl.trainer.utils import add_fused_lm_head
 
     batch = _padded_batch()
-    padded, flat = _tiny("sdpa"), _tiny("sdpa_varlen")
+    padded, flat = tiny_llama("sdpa"), tiny_llama("sdpa_varlen")
     flat.load_state_dict(padded.state_dict())
     for m in (padded, flat):
         add_fused_lm_head(m)
@@ -89,7 +77,7 @@ def test_model_logits_match_at_real_tokens() -> None:
     """ORPO and SimPO call the model's own head on the concatenated batch: its logits at real
     tokens are the padded run's (padding positions are never read: their labels are -100)."""
     batch = _padded_batch()
-    padded, flat = _tiny("sdpa"), _tiny("sdpa_varlen")
+    padded, flat = tiny_llama("sdpa"), tiny_llama("sdpa_varlen")
     flat.load_state_dict(padded.state_dict())
     unpadded.install(flat)
     kw = {k: batch[k] for k in ("input_ids", "attention_mask")}
@@ -105,7 +93,7 @@ def test_lora_wrapped_model_still_runs_unpadded() -> None:
     from peft import LoraConfig, get_peft_model
 
     batch = _padded_batch()
-    model = _tiny("sdpa_varlen")
+    model = tiny_llama("sdpa_varlen")
     hooks = unpadded.install(model)
     seen: list[tuple[int, ...]] = []
     unpadded.backbone(model).register_forward_pre_hook(
@@ -120,7 +108,7 @@ def test_lora_wrapped_model_still_runs_unpadded() -> None:
 
 def test_moe_aux_loss_is_refused_with_the_fix() -> None:
     batch = _padded_batch()
-    model = _tiny("sdpa_varlen")
+    model = tiny_llama("sdpa_varlen")
     unpadded.install(model)
     with pytest.raises(ValueError, match="--attn sdpa"):
         unpadded.backbone(model)(input_ids=batch["input_ids"],
@@ -142,7 +130,7 @@ def test_cuda_unpadded_takes_flash_and_matches_the_padded_run(
 
     monkeypatch.setattr(varlen, "_per_sample", no_loop)
     batch = {k: v.cuda() for k, v in _padded_batch().items()}
-    padded, flat = (_tiny(a).to("cuda", torch.bfloat16) for a in ("sdpa", "sdpa_varlen"))
+    padded, flat = (tiny_llama(a).to("cuda", torch.bfloat16) for a in ("sdpa", "sdpa_varlen"))
     flat.load_state_dict(padded.state_dict())
     for m in (padded, flat):
         add_fused_lm_head(m)
@@ -157,7 +145,7 @@ def test_a_plan_for_another_shape_is_not_used() -> None:
     """TRL hands a batch's extra keys to every model call it makes from that batch (KTO's KL
     call: other sequences): a plan whose shape is not the call's is dropped for the mask's."""
     batch = _padded_batch()
-    model = _tiny("sdpa_varlen")
+    model = tiny_llama("sdpa_varlen")
     unpadded.install(model)
     seen: list[int] = []
     unpadded.backbone(model).register_forward_pre_hook(
@@ -172,7 +160,7 @@ def test_a_plan_for_another_shape_is_not_used() -> None:
 def test_a_batch_it_cannot_unpad_names_the_fix() -> None:
     """A left-padded batch cannot be unpadded, and transformers gives sdpa_varlen no mask to
     fall back on: one error that says what to use instead (not a wrong attention)."""
-    model = _tiny("sdpa_varlen")
+    model = tiny_llama("sdpa_varlen")
     unpadded.install(model)
     ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])
     mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])

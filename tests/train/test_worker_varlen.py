@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch", reason="needs the train extra")
 
 from dojo.train.worker.packing import PackedCollator, pack, sample_offsets  # noqa: E402
-from tests.helpers.examples import random_examples  # noqa: E402
+from tests.helpers.examples import random_examples, tiny_llama  # noqa: E402
 
 
 def test_varlen_collator_flattens_and_gives_offsets() -> None:
@@ -27,19 +27,6 @@ def test_varlen_collator_flattens_and_gives_offsets() -> None:
     assert "cu_seq_lens_q" not in PackedCollator(pad_id=0)(rows)
 
 
-def _tiny(attn: str) -> Any:
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    from dojo.train.tiny import TINY_CONFIG
-    from dojo.train.worker import varlen
-
-    varlen.register()
-    cfg = LlamaConfig(**json.loads(TINY_CONFIG.read_text()))  # GQA: 4 heads, 2 kv heads
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch.float32)
-
-
 @pytest.mark.parametrize("offsets_given", [True, False])
 def test_varlen_matches_masked_sdpa_logits_and_grads(offsets_given: bool) -> None:
     """The same weights and packed batch under sdpa (block-diagonal mask) and sdpa_varlen
@@ -51,7 +38,7 @@ def test_varlen_matches_masked_sdpa_logits_and_grads(offsets_given: bool) -> Non
     batch = PackedCollator(pad_id=0, varlen=True)(rows)
     if not offsets_given:
         batch = {k: batch[k] for k in ("input_ids", "labels", "position_ids")}
-    ref_model, var_model = _tiny("sdpa"), _tiny("sdpa_varlen")
+    ref_model, var_model = tiny_llama("sdpa"), tiny_llama("sdpa_varlen")
     var_model.load_state_dict(ref_model.state_dict())
     ref_model.train(), var_model.train()
     plain = {k: batch[k] for k in ("input_ids", "labels", "position_ids")}
@@ -75,9 +62,9 @@ def test_varlen_forward_builds_no_mask(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(masking_utils, "find_packed_sequence_indices", searched)
     batch = PackedCollator(pad_id=0, varlen=True)(pack(random_examples((7, 12, 5)), 16))
     with torch.no_grad():
-        _tiny("sdpa_varlen")(**batch)
+        tiny_llama("sdpa_varlen")(**batch)
     with pytest.raises(AssertionError, match="ran"), torch.no_grad():  # control: sdpa searches
-        _tiny("sdpa")(**{k: batch[k] for k in ("input_ids", "position_ids")})
+        tiny_llama("sdpa")(**{k: batch[k] for k in ("input_ids", "position_ids")})
 
 
 def test_varlen_equal_samples_take_one_dense_causal_call() -> None:
@@ -194,7 +181,9 @@ def test_varlen_cuda_kernel_matches_masked_sdpa(lengths: tuple[int, ...]) -> Non
     rows = pack(random_examples(lengths), 256)
     batch = {k: v.cuda() if hasattr(v, "cuda") else v
              for k, v in PackedCollator(pad_id=0, varlen=True)(rows).items()}  # fmt: skip
-    ref_model, var_model = (_tiny(a).to("cuda", torch.bfloat16) for a in ("sdpa", "sdpa_varlen"))
+    ref_model, var_model = (
+        tiny_llama(a).to("cuda", torch.bfloat16) for a in ("sdpa", "sdpa_varlen")
+    )
     var_model.load_state_dict(ref_model.state_dict())
     plain = {k: batch[k] for k in ("input_ids", "labels", "position_ids")}
     ref, var = ref_model(**plain), var_model(**batch)
