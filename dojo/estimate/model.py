@@ -14,7 +14,7 @@ from dojo.estimate.host import host_terms
 from dojo.estimate.quant import (
     kbit_load_peak,
     load_note,
-    nf4_bytes,
+    qlora_base_bytes,
     quant_stats_bytes,
     quantized_notes,
 )
@@ -92,9 +92,7 @@ def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
         return p_t, float(BF16 * p), largest_t
     # NF4 + double quant for decoder linears; embeddings, head, norms and biases stay 16-bit,
     # or fp32 where prepare_model_for_kbit_training upcast them and no DeepSpeed cast them back.
-    rest = FP32 if s.fp32_rest else BF16
-    w_base = nf4_bytes(spec) * spec.quantizable_params + rest * (p - spec.quantizable_params)
-    return p_t, w_base, largest_t
+    return p_t, qlora_base_bytes(spec, FP32 if s.fp32_rest else BF16), largest_t
 
 
 def _paged_share(spec: ModelSpec, s: Setup) -> float:

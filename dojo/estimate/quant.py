@@ -20,6 +20,14 @@ def nf4_bytes(spec: ModelSpec) -> float:
     return NF4_BYTES if spec.quantization == BNB_4BIT and not spec.quant_double else NF4_DQ_BYTES
 
 
+def qlora_base_bytes(spec: ModelSpec, rest_bytes: int) -> float:
+    """QLoRA's frozen base: NF4 decoder linears, ``rest_bytes`` a value for every other weight
+    (embeddings, head, norms, biases; an MoE model's experts and routers)."""
+    return nf4_bytes(spec) * spec.quantizable_params + rest_bytes * (
+        spec.params - spec.quantizable_params
+    )
+
+
 def quant_stats_bytes(spec: ModelSpec, s: Setup) -> float:
     """QLoRA's quantization statistics (the absmax blocks and double quantization's constants)
     beyond the 0.5 B of packed values a weight."""
@@ -42,12 +50,10 @@ def kbit_load_peak(spec: ModelSpec, s: Setup) -> float:
     peak. Without DeepSpeed the training terms count the load's weights already."""
     if s.run.model.method != "qlora" or not s.deepspeed:
         return 0.0
-    rest = spec.params - spec.quantizable_params
-    load = nf4_bytes(spec) * spec.quantizable_params + BF16 * rest
-    if upcast_by_trl(s):
-        largest_rest = max(spec.embedding_params, spec.num_experts * spec.expert_params * 2 // 3)
-        load += (FP32 - BF16) * rest + BF16 * largest_rest
-    return load
+    if not upcast_by_trl(s):
+        return qlora_base_bytes(spec, BF16)
+    largest_rest = max(spec.embedding_params, spec.num_experts * spec.expert_params * 2 // 3)
+    return qlora_base_bytes(spec, FP32) + BF16 * largest_rest
 
 
 def upcast_by_trl(s: Setup) -> bool:
