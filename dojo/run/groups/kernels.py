@@ -52,8 +52,8 @@ class KernelOptions:
         "Attention kernel: auto | sdpa | eager | flex_attention | flash_attention_2 | sdpa_varlen "
         "(packed samples through PyTorch's FlashAttention kernel by their offsets, no mask)",
         "auto = sdpa_varlen for packed or preference bf16 Llama/Qwen runs on CUDA without "
-        "compile (faster than the masked kernel or padding, same losses); eager for models that soft-cap attention logits "
-        "(Gemma-2), as transformers does; sdpa elsewhere",
+        "compile (faster than the masked kernel or padding, same losses); eager for models that "
+        "soft-cap attention logits (Gemma-2), as transformers does; sdpa elsewhere",
         flags=("--attn", "--attention"),
         metavar="CHOICE",
         commands=PLAN,

@@ -9,6 +9,7 @@ API (imported by the worker, after ``dojo.train.worker.examples.build_examples``
     TOKENS                                         both collators' key for the batch's real
                                                    tokens (an int, counted on the host)
     sample_offsets(position_ids) -> (cu, longest)  each sample's start in a flat row, the longest
+    offset_kwargs(cu, longest)                     the model's kwargs for those offsets
     packing_supported(model) -> (bool, reason)     can this model's attention keep samples apart?
 
 How samples stay apart (transformers 5.24): with ``attention_mask=None`` and ``position_ids``
@@ -118,8 +119,7 @@ class PackedCollator:
             if self.varlen:
                 cu, longest = sample_offsets(flat["position_ids"])
                 cu_t = torch.tensor(cu, dtype=torch.int32)
-                out |= {"cu_seq_lens_q": cu_t, "cu_seq_lens_k": cu_t,
-                        "max_length_q": longest, "max_length_k": longest}  # fmt: skip
+                out |= offset_kwargs(cu_t, longest)
             return out
         longest = max(len(r["input_ids"]) for r in rows)
         padded: dict[str, list[list[int]]] = {k: [] for k in keys}
@@ -130,6 +130,15 @@ class PackedCollator:
             padded["position_ids"].append(list(r["position_ids"]) + list(range(gap)))
         real = sum(len(r["input_ids"]) for r in rows)
         return {**{k: torch.tensor(v) for k, v in padded.items()}, TOKENS: real}
+
+
+def offset_kwargs(cu: Any, longest: int) -> dict[str, Any]:
+    """The model's keyword arguments that keep samples apart by their start offsets (int32
+    ``cu``, then the total) and the longest sample: the names transformers'
+    DataCollatorWithFlattening gives them, which FlashAttention-2 and dojo.train.worker.varlen
+    read."""
+    return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu,
+            "max_length_q": longest, "max_length_k": longest}  # fmt: skip
 
 
 def sample_offsets(position_ids: list[int]) -> tuple[list[int], int]:

@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from dojo.train.worker.packing import offset_kwargs
+
 UNPADDED_ATTN = ("sdpa_varlen", "flash_attention_2")
 """Attention kernels that take sample offsets instead of a padding mask."""
 PLAN_KEY = "dojo_unpadded"
@@ -93,8 +95,7 @@ class Unpad:
         kwargs["input_ids"] = ids.reshape(-1).index_select(0, index)[None]
         kwargs["attention_mask"] = None
         kwargs["position_ids"] = p["position_ids"].to(ids.device, non_blocking=True)
-        kwargs |= {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu,
-                   "max_length_q": p["max_length"], "max_length_k": p["max_length"]}  # fmt: skip
+        kwargs |= offset_kwargs(cu, p["max_length"])
         self._open.append((index, rows, longest))
         return args, kwargs
 
