@@ -419,6 +419,8 @@ def finish(r: Running, log: str, work: Path, gpu_gib: float, host_gib: float) ->
     ran: dict[str, Any] = {"zero_optimization": zo}
     if row.system == "dojo":  # dojo's resolution of the same flags on this machine
         ran["attn"] = estimate_row(row, work, gpu_gib, host_gib).get("resolved", {}).get("attn")
+        if row.objective != "sft":  # every preference objective: TRL's fused LM head
+            ran["lm_head"] = "chunked"
     return {
         "row": row.label(),
         "split": row.split,

@@ -51,7 +51,9 @@ estimator of that call's commit); "now": today's `dojo estimate`, with the setti
 with pinned (its DeepSpeed zero_optimization and attention kernel). A held-out claim is about
 rows committed before they ran: bench/rows.py gives each set's commit. A row today's dojo
 refuses (e.g. SDPA for Gemma-2, which older transformers ran by dropping the soft-cap) has no
-"now" estimate. Right: an OOM run estimated "does not fit", a finished one "fits" or "tight"."""
+"now" estimate; nor does an ORPO or SimPO row run before dojo scored them through TRL's fused LM
+head ("whole logits": that run made the batch's whole logits, which dojo's runs no longer do).
+Right: an OOM run estimated "does not fit", a finished one "fits" or "tight"."""
 
 
 def load(name: str) -> dict[str, Any] | None:
@@ -95,11 +97,12 @@ def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
         p = dict(m["params"])
         p["extra"] = tuple(p.get("extra", ()))
         row = Row(**p)
-        now = (
-            {"error": m["refused"]}
-            if "refused" in m
-            else estimate_row(row, work, H200_GIB, HOST_GIB, m.get("ran") or {})
-        )
+        if "refused" in m:
+            now = {"error": m["refused"]}
+        elif whole_logits_run(row, m.get("ran") or {}):
+            now = {"error": WHOLE_LOGITS, "superseded": True}
+        else:
+            now = estimate_row(row, work, H200_GIB, HOST_GIB, m.get("ran") or {})
         # a row that failed (OOM, host RAM, refused, a crash) has no peak to judge an estimate by
         ran = not (m.get("oom") or m.get("host_killed") or m.get("host_oom") or "refused" in m
                    or m.get("rc"))  # fmt: skip
@@ -116,6 +119,18 @@ def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
             "err_then": pct(then.get("gpu_gib"), device) if ran else None,
         })  # fmt: skip
     return out
+
+
+WHOLE_LOGITS = (
+    "ran TRL's ORPO/CPO head on the whole logits; dojo now scores through TRL's "
+    "fused head (dojo.train.worker.fused_head), so today's estimate is of another run"
+)
+
+
+def whole_logits_run(row: Row, ran: dict[str, Any]) -> bool:
+    """An ORPO or SimPO row measured before dojo ran them through TRL's fused LM head: the run
+    made the whole logits, which no dojo run does now (the record says "lm_head": "chunked")."""
+    return row.objective in ("orpo", "simpo") and ran.get("lm_head") != "chunked"
 
 
 def _within(rows: list[dict[str, Any]], key: str) -> tuple[int, int, float]:
@@ -143,12 +158,14 @@ def memory() -> list[str]:
             a_in, a_n, worst = _within(rows, "err_now")
             judged = [r for r in rows if r["right_now"] is not None]
             right = sum(bool(r["right_now"]) for r in judged)
-            refused = sum("error" in r["now"] for r in rows)
-            failed = len(rows) - len(judged) - refused
+            superseded = sum("superseded" in r["now"] for r in rows)
+            refused = sum("error" in r["now"] for r in rows) - superseded
+            failed = len(rows) - len(judged) - refused - superseded
             summary.append(
                 f"| {name} | {len(rows)} of {len(mset.rows)} | {len(held)} | {h_in}/{h_n} "
                 f"| {a_in}/{a_n} | {worst:.1f}% | {right}/{len(judged)}"
                 + (f" ({refused} refused)" if refused else "")
+                + (f" ({superseded} whole logits)" if superseded else "")
                 + (f" ({failed} failed)" if failed else "")
                 + f" | {mset.committed} |"
             )
@@ -187,7 +204,9 @@ def memory_set_table(
         else:
             shown = num(r["device"])
         then = m.get("estimate") or {}
-        if "error" in now:
+        if "superseded" in now:
+            est = "whole logits: not today's run | | | | |"
+        elif "error" in now:
             est = "refused by dojo | | | | |"
         else:
             right = {True: "yes", False: "NO", None: ""}[r["right_now"]]

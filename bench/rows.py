@@ -155,6 +155,12 @@ class Row:
     extra: tuple[str, ...] = ()  # dojo: more dojo train flags, as given
     gpus: int = 1  # GPUs the row trains on (0..gpus-1); a row on more than one runs alone
 
+    @property
+    def objective(self) -> str:
+        """dojo's --objective of the row (sft where its flags give none)."""
+        x = self.extra
+        return x[x.index("--objective") + 1] if "--objective" in x[:-1] else "sft"
+
     def label(self) -> str:
         """The row's name: unique in its set, stable (the result files and --only use it)."""
         z = "noDS" if self.stage < 0 else f"Z{self.stage}"
@@ -692,7 +698,10 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "DeepSpeed's fp32 MLP on Llama-3.2-1B and Qwen3-1.7B, and full fine-tuning in one "
         "process without DeepSpeed or checkpointing, whose backward peaks before most grads "
         "exist (Llama-3.2-3B; Qwen3-0.6B without Liger), and gradient accumulation without "
-        "DeepSpeed and at ZeRO-2 (every grad beside the next micro-batch's loss, or not).",
+        "DeepSpeed and at ZeRO-2 (every grad beside the next micro-batch's loss, or not). "
+        "Since they were committed, dojo scores ORPO and SimPO through TRL's fused LM head "
+        "(dojo.train.worker.fused_head): their four rows now judge that head's term, the one "
+        "DPO's and KTO's rows judge, on these shapes, and ORPO's NLL over the prompts.",
         committed="e441494 (6 rows); 286554f (+2 rows); 8b4c166 (+2 rows), each before the set ran",
         was="bench/rows.py",
         rows=(

@@ -82,3 +82,23 @@ def test_merge_keeps_each_call(report: object, tmp_path: Path) -> None:
     assert [r["call"] for r in json.loads((tmp_path / "p.json").read_text())["rows"]] == [0, 1]
     with pytest.raises(SystemExit):
         report.merge([tmp_path / "a.json", tmp_path / "m1.json"], tmp_path / "q.json")  # type: ignore[attr-defined]
+
+
+def test_orpo_and_simpo_rows_of_whole_logits_get_no_estimate_now(report: object) -> None:
+    """ORPO/SimPO rows measured before dojo ran them through TRL's fused LM head made the whole
+    logits; today's estimate describes the fused run, so it is not set beside them. Rows the
+    bench records now say "lm_head": "chunked"; DPO and KTO always ran TRL's fused head."""
+    from rows import Row
+
+    whole = report.whole_logits_run  # type: ignore[attr-defined]
+    orpo = Row("held", "dojo", "l1b", 2, "lora", extra=("--objective", "orpo"))
+    simpo = Row(
+        "held", "dojo", "l1b", 2, "lora", extra=("--grad-accum", "2", "--objective", "simpo")
+    )
+    dpo = Row(
+        "held", "dojo", "l1b", 2, "lora", extra=("--objective", "dpo", "--precompute-ref-log-probs")
+    )
+    assert whole(orpo, {}) and whole(simpo, {"attn": "sdpa"})
+    assert not whole(orpo, {"lm_head": "chunked"}) and not whole(dpo, {})
+    assert not whole(Row("held", "dojo", "l1b", 2), {})
+    assert dpo.objective == "dpo" and Row("held", "dojo", "l1b", 2).objective == "sft"

@@ -145,35 +145,25 @@ def test_pairs_double_the_activations() -> None:
     assert kto.activations == pytest.approx(sft.activations, rel=0.15)
 
 
-def test_loss_term_follows_each_trainer() -> None:
+def test_every_objective_scores_through_trls_chunked_head() -> None:
+    """DPO and KTO (TRL's own trainers) and ORPO and SimPO (dojo.train.worker.fused_head) score
+    the answers through TRL's fused head: the same loss term for the same tokens, never the
+    (tokens x vocab) logits, and so no logits block in the reserve either, where SFT's loss
+    leaves a share of its fp32 copy."""
     from dojo.estimate.activations import activation_phases
 
     spec = resolve_model("1b")
     tokens = 2 * 2 * 1024  # micro-batch 2, chosen + rejected, seq 1024
-    orpo, simpo, dpo = (_est(method="lora", objective=o).setup for o in ("orpo", "simpo", "dpo"))
-    loss = {o: activation_phases(spec, s)[3] for o, s in (("orpo", orpo), ("simpo", simpo),
-                                                          ("dpo", dpo))}  # fmt: skip
-    cal = orpo.calibration
-    assert loss["orpo"] == int(cal.orpo_bytes_per_logit * tokens * spec.vocab_size)
-    assert loss["simpo"] == int(cal.cpo_bytes_per_logit * tokens * spec.vocab_size)
-    # TRL's chunked head never makes the (tokens x vocab) logits
-    assert loss["dpo"] < 2 * tokens * spec.vocab_size / 2
-    assert dpo.full_logits is False and orpo.full_logits is True
-
-
-def test_orpo_and_simpo_reserve_bf16_logits_blocks() -> None:
-    """Under expandable segments the reserve left at the peak is a share of the loss's largest
-    block: HF's fp32 copy of the logits for SFT, the bf16 logits themselves for ORPO/SimPO."""
-    spec = resolve_model("1b")
+    setups = {o: _est(method="lora", objective=o).setup for o in ("orpo", "simpo", "dpo")}
+    loss = {o: activation_phases(spec, s)[3] for o, s in setups.items()}
+    assert loss["orpo"] == loss["simpo"] == loss["dpo"] < tokens * spec.vocab_size
+    assert not any(s.full_logits for s in setups.values())
     sft = _est(method="lora", micro_batch=4, liger="off", packing=False)  # the same 4 x 1024
-    orpo = _est(method="lora", objective="orpo")
-    simpo = _est(method="lora", objective="simpo")
+    orpo, simpo = _est(method="lora", objective="orpo"), _est(method="lora", objective="simpo")
     assert sft.setup.kernels.expandable and orpo.setup.kernels.expandable
-    bf16_logits = 2 * 4 * 1024 * spec.vocab_size
     share = sft.setup.calibration.expandable_logits_reserve
-    assert sft.fragmentation == pytest.approx(share * 2 * bf16_logits, rel=0.01)
-    assert orpo.fragmentation == simpo.fragmentation  # (+ the same 1 MiB step-pages share)
-    assert orpo.fragmentation == pytest.approx(share * bf16_logits, rel=0.01)
+    assert sft.fragmentation == pytest.approx(share * 2 * 2 * 4 * 1024 * spec.vocab_size, rel=0.01)
+    assert orpo.fragmentation == simpo.fragmentation < 0.02 * sft.fragmentation
 
 
 def test_zero3_lora_adapters_are_bf16_under_trl() -> None:

@@ -141,12 +141,8 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         logits += BF16 * tokens * spec.vocab_size
     if s.kernels.fused_loss:
         logits = _fused_loss_bytes(spec, setup)  # Liger's Gemma-2 kernel softcaps per chunk
-    objective = s.run.objective.objective
-    if objective in ("dpo", "kto"):
+    if s.run.objective.preference:
         logits = _trl_head_bytes(spec, setup)  # softcapped per tile too
-    elif objective in ("orpo", "simpo"):
-        per_logit = cal.orpo_bytes_per_logit if objective == "orpo" else cal.cpo_bytes_per_logit
-        logits += (per_logit - cal.loss_bytes_per_logit) * tokens * spec.vocab_size
     loss_tail = cal.loss_tail_bytes_per_th * tokens * h
     kept = spec.num_layers * keep + _mask_count(spec) * _mask_bytes(setup)
     if not s.kernels.grad_ckpt:
@@ -224,13 +220,15 @@ def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
 
 
 def _trl_head_bytes(spec: ModelSpec, setup: Setup) -> int:
-    """TRL's fused LM head (trl.trainer.utils.add_fused_lm_head, DPOTrainer and KTOTrainer):
+    """TRL's fused LM head (trl.trainer.utils.add_fused_lm_head: DPOTrainer and KTOTrainer,
+    and dojo's ORPO and SimPO, dojo.train.worker.fused_head):
     the answer positions' hidden states gathered and kept for backward (2 B x T x h), one
     logits tile of TOKEN_CHUNK_SIZE x _CHUNKED_LOGPROB_CHUNK_SIZE in bf16 (forward and backward
     each make one), the hidden states' grad accumulated in fp32 and cast to bf16 at the end
     (6 B x T x h) and, when the head trains, its grad the same way (6 B x V x h). T = every
-    token of the batch: the head scores answer tokens only, so prompts make this an upper bound
-    (trl/kernels/chunked_logprob.py ChunkedLogProbFunction)."""
+    token of the batch: the head scores answer tokens only (ORPO: prompts too, for its NLL
+    term), so prompts make this an upper bound (trl/kernels/chunked_logprob.py
+    ChunkedLogProbFunction)."""
     tokens = setup.batch_rows * setup.run.data.seq_len
     v, h = spec.vocab_size, spec.hidden_size
     tile = BF16 * min(tokens, TRL_TOKEN_CHUNK) * min(v, TRL_VOCAB_CHUNK)

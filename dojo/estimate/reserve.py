@@ -38,10 +38,8 @@ def allocator_reserve(
     """
     n = s.world_size
     if s.kernels.expandable:
-        # HF's loss upcasts the logits (an fp32 block); ORPO's and CPO's log-prob kernel and NLL
-        # work on the bf16 logits themselves
-        upcast = 1 if s.run.objective.objective in ("orpo", "simpo") else 2
-        reserve = s.calibration.expandable_logits_reserve * upcast * bf16_logits
+        # HF's loss upcasts the logits: an fp32 block, twice the bf16 one
+        reserve = s.calibration.expandable_logits_reserve * 2 * bf16_logits
         if s.zero.offload != "none":  # gradients held for their in-flight host copies
             cal = s.calibration.offload_reserve_expandable
             reserve += cal * (BF16 * p_t / n + FP32 * largest_t)

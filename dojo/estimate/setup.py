@@ -80,18 +80,6 @@ class Calibration:
     loss_bytes_per_logit: float = 12.0
     """fp32 upcast + log-softmax + its grad at the start of backward, bytes per logit (12.05
     measured on the CPU; docs/estimate.md, "Logits and loss")."""
-    orpo_bytes_per_logit: float = 5.0
-    """ORPO (TRL's ORPOTrainer, the model's own forward over both answers), bytes per logit at
-    its peak, in the chosen half's NLL backward: the gradient of the logits from the log-prob
-    term (2 B: TRL's Triton log-prob kernel keeps only the logits, whose grad it makes in bf16,
-    and they are freed once that backward ran), the NLL's grad through its slice of the logits
-    (2 B) and of the shifted chosen half (1 B). Read from the allocator's history at the peak on
-    the H200 (heldout-moe-families, fit row: 2 x 3.91 + 1.96 GiB beside the layers' tensors at
-    4 x 2 x 2048 tokens, 128k vocabulary)."""
-    cpo_bytes_per_logit: float = 4.0
-    """SimPO (TRL's CPOTrainer with cpo_alpha 0: no NLL term): the bf16 logits and the log-prob
-    kernel's bf16 grad of them, at the start of the backward (2 + 2 B; the same history, fit
-    row: 3.91 + 3.91 GiB)."""
     loss_tail_bytes_per_th: float = 26.0
     """Final norm and lm_head input alive at the loss peak, bytes per token x hidden (measured
     on the CPU; docs/estimate.md, "Gradient checkpointing")."""
@@ -232,9 +220,9 @@ class Setup:
 
     @property
     def full_logits(self) -> bool:
-        """The loss makes the whole bf16 logits block: HF's loss and ORPO/CPO's, not Liger's
-        fused loss nor TRL's chunked head (DPO, KTO)."""
-        return not self.kernels.fused_loss and self.run.objective.objective not in ("dpo", "kto")
+        """The loss makes the whole bf16 logits block: HF's loss, not Liger's fused loss nor
+        TRL's chunked head (every preference objective: dojo.train.worker.fused_head)."""
+        return not self.kernels.fused_loss and not self.run.objective.preference
 
     @property
     def overlap(self) -> bool:

@@ -154,7 +154,7 @@ def test_dpo_full_zero3_with_a_sharded_reference(tmp_path: Path, data: Path) -> 
 
 @pytest.mark.parametrize("objective", ["orpo", "simpo"])
 def test_orpo_and_simpo_train(tmp_path: Path, data: Path, objective: str) -> None:
-    """SimPO also without padding: its concatenated batch through the model's own head."""
+    """Both through TRL's fused head (dojo.train.worker.fused_head); SimPO also without padding."""
     attn = "sdpa_varlen" if objective == "simpo" else "sdpa"
     s = train(tmp_path / "run", data, "--objective", objective, "--method", "lora",
               "--lr", "5e-3", "--attn", attn)  # fmt: skip

@@ -49,10 +49,11 @@ def test_plan_leaves_other_layouts_padded(mask: list[list[int]]) -> None:
     assert unpadded.plan(torch.tensor(mask)) is None
 
 
-@pytest.mark.parametrize("planned", [True, False])
-def test_trl_fused_head_log_probs_and_grads_match_the_padded_run(planned: bool) -> None:
-    """TRL's fused LM head (what DPO and KTO call) on the same weights and batch: padded under
-    sdpa, and unpadded under sdpa_varlen with the collator's plan or one made from the mask."""
+@pytest.mark.parametrize("planned", [True, False, "positional"])
+def test_trl_fused_head_log_probs_and_grads_match_the_padded_run(planned: bool | str) -> None:
+    """TRL's fused LM head (what every preference objective calls) on the same weights and
+    batch: padded under sdpa, and unpadded under sdpa_varlen with the collator's plan or one
+    made from the mask, the ids given by name or first (the head hands them on as given)."""
     from trl.trainer.utils import add_fused_lm_head
 
     batch = _padded_batch()
@@ -61,9 +62,13 @@ def test_trl_fused_head_log_probs_and_grads_match_the_padded_run(planned: bool) 
     for m in (padded, flat):
         add_fused_lm_head(m)
     unpadded.install(flat)
-    extra = {unpadded.PLAN_KEY: unpadded.plan(batch["attention_mask"])} if planned else {}
+    extra = {unpadded.PLAN_KEY: unpadded.plan(batch["attention_mask"])} if planned is True else {}
     a = padded(**batch, fused_lm_head=True).log_probs
-    b = flat(**batch, **extra, fused_lm_head=True).log_probs
+    if planned == "positional":
+        ids = batch.pop("input_ids")
+        b = flat(ids, **batch, fused_lm_head=True).log_probs
+    else:
+        b = flat(**batch, **extra, fused_lm_head=True).log_probs
     assert a.shape == b.shape == (len(LENGTHS), max(LENGTHS) - 1)
     assert bool((a != 0).any())
     torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)

@@ -11,6 +11,8 @@ TRL's. What dojo changes, by subclassing:
 - the data arrives tokenized with dojo's chat template (dojo.train.worker.preference, cached
   like SFT's), so DPO's and KTO's ``_prepare_dataset`` and ORPO's / CPO's ``tokenize_row`` only
   put the ids in the columns those trainers read (KTO's KL completions as TRL builds them);
+- ORPO and SimPO score through TRL's fused LM head, as TRL's DPO and KTO do, instead of the
+  model's whole logits (dojo.train.worker.fused_head);
 - dojo's Trainer (``DojoTrainer``: token counts on the host, no device waits for the gradient
   norm) sits before TRL's in the class order;
 - no model card (README.md) in the run folder, and no usage telemetry (TRL's ``_BaseTrainer``
@@ -27,7 +29,7 @@ import os
 from typing import Any
 
 from dojo.run.groups.objective import loss_type, reference
-from dojo.train.worker import unpadded
+from dojo.train.worker import fused_head, unpadded
 from dojo.train.worker.callbacks import print0
 from dojo.train.worker.packing import TOKENS
 from dojo.train.worker.trainer import DojoTrainer
@@ -160,10 +162,25 @@ def _trainer_classes() -> dict[str, type]:
         return out
 
     class DojoORPOTrainer(Dojo, ORPOTrainer):
-        pass
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            fused_head.install(self.model)
+
+        def concatenated_forward(self, model: Any, batch: dict[str, Any]) -> tuple[Any, ...]:
+            return fused_head.concatenated_forward(
+                self, model, batch, nll="sequence", average=True, padding_value=self.padding_value,
+            )  # fmt: skip
 
     class DojoCPOTrainer(Dojo, CPOTrainer):
-        pass
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            fused_head.install(self.model)
+
+        def concatenated_forward(self, model: Any, batch: dict[str, Any]) -> tuple[Any, ...]:
+            return fused_head.concatenated_forward(
+                self, model, batch, nll="answer" if self.cpo_alpha else "",
+                average=self.loss_type in ("ipo", "simpo"), padding_value=self.pad_token_id,
+            )  # fmt: skip
 
     DojoORPOTrainer.tokenize_row = tokenize_row  # type: ignore[method-assign]
     DojoCPOTrainer.tokenize_row = tokenize_row  # type: ignore[method-assign]

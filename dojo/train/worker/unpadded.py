@@ -75,6 +75,8 @@ class Unpad:
 
     def before(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         given = kwargs.pop(PLAN_KEY, None)
+        if len(args) == 1 and "input_ids" not in kwargs:  # model(ids, ...): the backbone's first
+            kwargs["input_ids"], args = args[0], ()
         ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
         p = None
         if not args and ids is not None and ids.dim() == 2 and mask is not None:
