@@ -346,6 +346,18 @@ def speed() -> list[str]:
         "warm-up (WARMUP=0) charges the first run of a system its cold start: compare min-max "
         "before the medians.",
     )  # fmt: skip
+    out += speed_section(
+        "orpo-simpo", "ORPO and SimPO against TRL's trainers",
+        "dojo train --objective orpo|simpo against TRL's ORPOTrainer and CPOTrainer (SimPO: "
+        "loss_type simpo, cpo_alpha 0) run as TRL's example scripts run them (bench/trl_pref.py), "
+        "at the same settings as the DPO rows (model folder and its ChatML template, data, batch, "
+        "max length, LoRA, learning rate, bf16, SDPA, the DeepSpeed JSON dojo train writes); "
+        "\"vs trl-pref\" divides by TRL's trainer's median. TRL's trainers make the whole logits "
+        "of the padded batch; dojo scores through TRL's fused LM head (docs/train.md#preference-"
+        "tuning) and by default takes the padding out before the decoder layers; \"dojo --attn "
+        "sdpa\" keeps the padded rows (the head alone). Tokens: each batch's real tokens, both "
+        "sequences of a pair with their prompt, counted on the host the same way for both.",
+    )  # fmt: skip
     return out
 
 

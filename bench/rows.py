@@ -15,8 +15,10 @@ a new entry here, committed before its GPU call.
 
 Speed sets (``SPEED_SETS``): cases run by bench/speed.py with several systems each, alternating,
 always as a ratio to the row's first system (the plain script; TRL's DPO script for the
-preference set) in the same GPU call. Systems: "plain" (bench/baseline_trainer.py), "trl" and
-"trl-ds" (bench/trl_sft.py without and with DeepSpeed), "trl-dpo" (TRL's own trl/scripts/dpo.py),
+preference set; TRL's ORPO or CPO trainer for orpo-simpo) in the same GPU call. Systems: "plain"
+(bench/baseline_trainer.py), "trl" and "trl-ds" (bench/trl_sft.py without and with DeepSpeed),
+"trl-dpo" (TRL's own trl/scripts/dpo.py), "trl-pref" (bench/trl_pref.py: TRL's ORPO and CPO
+trainers as TRL's example scripts run them),
 "dojo" (dojo train's defaults) and "dojo FLAGS" (dojo train with extra flags, e.g.
 "dojo --compile off").
 
@@ -158,8 +160,7 @@ class Row:
     @property
     def objective(self) -> str:
         """dojo's --objective of the row (sft where its flags give none)."""
-        x = self.extra
-        return x[x.index("--objective") + 1] if "--objective" in x[:-1] else "sft"
+        return objective_of(self.extra)
 
     def label(self) -> str:
         """The row's name: unique in its set, stable (the result files and --only use it)."""
@@ -760,7 +761,9 @@ class Case:
     seq_len: int  # max tokens per sample, and per packed row
     grad_ckpt: bool
     data: str  # "mix" | "longtail" | "fixed" (bench/workload.py)
-    systems: tuple[str, ...]  # the reference first ("plain", or "trl-dpo"): every ratio is to it
+    systems: tuple[
+        str, ...
+    ]  # the reference first ("plain", "trl-dpo", "trl-pref"): every ratio is to it
     objective: str = "sft"  # dojo's --objective; dpo: TRL's DPO script is the reference
 
 
@@ -783,6 +786,9 @@ _VARIANT = ("plain", "dojo", *(f"dojo {v}" for v in VARIANTS))
 # TRL's own DPO script (trl/scripts/dpo.py) against dojo train: its default (the pairs without
 # padding through the layers) and padded rows, as TRL runs them (--attn sdpa).
 _PREF = ("trl-dpo", "dojo", "dojo --attn sdpa")
+# TRL's ORPO and CPO (SimPO) trainers (bench/trl_pref.py) against dojo train: its default (TRL's
+# fused LM head, the pairs without padding through the layers) and padded rows (the head alone).
+_PREF_TRAINERS = ("trl-pref", "dojo", "dojo --attn sdpa")
 
 SPEED_SETS: dict[str, dict[str, Case]] = {
     # The realistic mix (bench/workload.py: log-normal lengths, median 350 words), one H200, in the
@@ -819,6 +825,15 @@ SPEED_SETS: dict[str, dict[str, Case]] = {
     "preference": {
         "1b-dpo-lora-z2": Case("l1b", "lora", 2, 4, 2048, False, "pref-mix", _PREF, "dpo"),
         "1b-dpo-full-z3": Case("l1b", "full", 3, 4, 2048, False, "pref-mix", _PREF, "dpo"),
+    },
+    # ORPO and SimPO against TRL's trainers at the same settings, on the same mix.
+    "orpo-simpo": {
+        "1b-orpo-lora-z2": Case(
+            "l1b", "lora", 2, 4, 2048, False, "pref-mix", _PREF_TRAINERS, "orpo"
+        ),
+        "1b-simpo-lora-z2": Case(
+            "l1b", "lora", 2, 4, 2048, False, "pref-mix", _PREF_TRAINERS, "simpo"
+        ),
     },
 }
 SPEED_SETS["peer-variants"] = {

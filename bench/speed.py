@@ -307,11 +307,23 @@ def command(case: Case, system: str, model: Path, data: Path, out: Path, steps: 
         ds = work / f"ds-zero{case.zero}.json"
         return [*launcher, str(BENCH / "trl_sft.py"), *common, "--deepspeed", str(ds)], {}
     hook = str(BENCH / "hook")
+    counted = {
+        "PYTHONPATH": f"{hook}:{os.environ.get('PYTHONPATH', '')}",
+        "BENCH_COUNT_TOKENS": "1",
+    }
     if system == "trl-dpo":  # TRL's own script; the hook adds the step record and the count
         argv = [*launcher, "--module", "trl.scripts.dpo", *trl_dpo_args(case, model, data, out,
                 steps, dojo_ds_config(case, work))]  # fmt: skip
-        return argv, {"PYTHONPATH": f"{hook}:{os.environ.get('PYTHONPATH', '')}",
-                      "BENCH_COUNT_TOKENS": "1"}  # fmt: skip
+        return argv, counted
+    if system == "trl-pref":  # TRL's ORPO / CPO trainer, as its example scripts run it
+        argv = [*launcher, str(BENCH / "trl_pref.py"), "--objective", case.objective,
+                "--model", str(model), "--data", str(data), "--out", str(out),
+                "--method", case.method, "--micro-batch", str(case.micro_batch),
+                "--seq-len", str(case.seq_len), "--steps", str(steps),
+                "--lr", str(LR_PREF[case.method]), "--logging-steps", str(LOG_STEPS),
+                "--deepspeed", str(dojo_ds_config(case, work)),
+                *(["--grad-ckpt"] if case.grad_ckpt else [])]  # fmt: skip
+        return argv, counted
     argv = [
         sys.executable, "-m", "dojo", "train", "--gpus", str(gpu), "--model", str(model),
         "--data", str(data), "--template", "chatml", *dojo_settings(case, system),
@@ -322,8 +334,9 @@ def command(case: Case, system: str, model: Path, data: Path, out: Path, steps: 
     return argv, {"PYTHONPATH": f"{hook}:{os.environ.get('PYTHONPATH', '')}"}
 
 
-LR_DPO = {"full": 1e-6, "lora": 5e-6, "qlora": 5e-6}
-"""dojo train's --lr for DPO (dojo.run.groups.objective LR_PREFERENCE), given to TRL's script too."""
+LR_PREF = {"full": 1e-6, "lora": 5e-6, "qlora": 5e-6}
+"""dojo train's --lr for a preference objective (dojo.run.groups.objective LR_PREFERENCE), given
+to TRL's scripts too."""
 
 
 def trl_dpo_args(case: Case, model: Path, data: Path, out: Path, steps: int, ds: Path) -> list[str]:
@@ -339,7 +352,7 @@ def trl_dpo_args(case: Case, model: Path, data: Path, out: Path, steps: int, ds:
         "--model_name_or_path", str(model), "--dataset_name", str(trl_data_dir(data)),
         "--output_dir", str(out), "--per_device_train_batch_size", str(case.micro_batch),
         "--gradient_accumulation_steps", "1", "--max_steps", str(steps),
-        "--max_length", str(case.seq_len), "--learning_rate", str(LR_DPO[case.method]),
+        "--max_length", str(case.seq_len), "--learning_rate", str(LR_PREF[case.method]),
         "--lr_scheduler_type", "linear", "--warmup_steps", "0", "--weight_decay", "0",
         "--max_grad_norm", "1.0", "--optim", "adamw_torch_fused", "--bf16", "true",
         "--dtype", "bfloat16", "--attn_implementation", "sdpa",
@@ -378,7 +391,7 @@ def write_dojo_ds_configs(cases: list[Case], models: dict[str, Path], data: dict
     run files it writes hold the DeepSpeed JSON dojo's own run uses (HF's values left "auto"),
     given to TRL's script as a TRL user passes one (--deepspeed)."""
     for c in cases:
-        if "trl-dpo" not in c.systems:
+        if not {"trl-dpo", "trl-pref"} & set(c.systems):
             continue
         run_dir = work / f"dry-{dojo_ds_config(c, work).stem}"
         argv = ["train", "--gpus", "0", "--model", str(models[c.shape]), "--data",

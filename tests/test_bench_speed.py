@@ -37,7 +37,7 @@ def test_variant_flags_are_dojo_train_flags(bench: None) -> None:
         assert flag in train, variant
     for cases in rows.SPEED_SETS.values():
         for name, c in cases.items():
-            ref = "plain" if c.objective == "sft" else "trl-dpo"
+            ref = {"sft": "plain", "dpo": "trl-dpo"}.get(c.objective, "trl-pref")
             assert c.systems[0] == ref, name  # every ratio is to it
             assert c.shape in rows.SHAPES, name
             assert c.data in (("mix", "longtail", "fixed") if ref == "plain" else ("pref-mix",))
@@ -181,6 +181,37 @@ def test_a_preference_row_runs_trl_dpo_script_with_dojo_settings(
     assert model_args.lora_target_modules == "all-linear"
     folder = Path(script[script.index("--dataset_name") + 1])
     assert (folder / "train.jsonl").read_text() == data.read_text()
+
+
+@pytest.mark.parametrize("objective", ["orpo", "simpo"])
+def test_an_orpo_or_simpo_row_runs_trls_trainer_with_dojo_settings(
+    bench: None, tmp_path: Path, objective: str
+) -> None:
+    """bench/trl_pref.py gets the row's settings and the DeepSpeed JSON dojo train writes for
+    it, and builds TRL's ORPOConfig, or CPOConfig with SimPO's loss and no NLL term, from them;
+    the hook counts its tokens."""
+    pytest.importorskip("trl")
+    speed = importlib.import_module("speed")
+    rows = importlib.import_module("rows")
+    trl_pref = importlib.import_module("trl_pref")
+    case = rows.SPEED_SETS["orpo-simpo"][f"1b-{objective}-lora-z2"]
+    assert case.objective == objective and case.systems[0] == "trl-pref"
+    ds = speed.dojo_ds_config(case, tmp_path)
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}}))
+    argv, env = speed.command(case, "trl-pref", tmp_path / "model", tmp_path / "d.jsonl",
+                              tmp_path / "out", 30, 2, tmp_path)  # fmt: skip
+    assert argv[argv.index("--include") + 1] == "localhost:2"
+    assert env["BENCH_COUNT_TOKENS"] == "1" and "hook" in env["PYTHONPATH"]
+    script = argv[[i for i, a in enumerate(argv) if a.endswith("trl_pref.py")][0] + 1 :]
+    a = trl_pref.parser().parse_args([*script, "--cpu"])
+    cfg = trl_pref.config(a)
+    assert (cfg.per_device_train_batch_size, cfg.max_length, cfg.max_steps) == (4, 2048, 30)
+    assert cfg.learning_rate == 5e-6 and cfg.beta == 0.1 and cfg.deepspeed == str(ds)
+    assert cfg.gradient_checkpointing is False and a.method == "lora" and cfg.logging_steps == 10
+    if objective == "simpo":
+        assert (cfg.loss_type, cfg.cpo_alpha, cfg.simpo_gamma) == ("simpo", 0.0, 0.5)
+    else:
+        assert type(cfg).__name__ == "ORPOConfig"
 
 
 def test_preference_data_lengths(bench: None, tmp_path: Path) -> None:

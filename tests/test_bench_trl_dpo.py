@@ -1,6 +1,7 @@
-"""The preference speed set's systems on the CPU, on a tiny random Llama: TRL's own DPO script
+"""The preference speed sets' systems on the CPU, on a tiny random Llama: TRL's own DPO script
 (trl/scripts/dpo.py, launched by the DeepSpeed launcher with the DeepSpeed JSON `dojo train`
-writes for the row) and `dojo train --objective dpo`, each with the argv bench/speed.py builds,
+writes for the row) and `dojo train --objective dpo`, TRL's ORPO and CPO trainers
+(bench/trl_pref.py) and `dojo train --objective orpo|simpo`, each with the argv bench/speed.py builds,
 train 3 steps and write bench/steps.py's record; on pairs cut to exactly seq-len a sequence both
 count the same real tokens a step. Only what has no CPU form is changed: bf16, the fused AdamW
 (TRL's side) and --gpus (dojo's: --nproc 1).
@@ -57,21 +58,24 @@ def tiny(tmp_path_factory: pytest.TempPathFactory, bench_modules: object) -> dic
 
 
 def _tokens(bench_modules: object, tiny: dict[str, Path], method: str, zero: int,
-            data: str, seq: int = SEQ) -> dict[str, list[int]]:  # fmt: skip
+            data: str, seq: int = SEQ, objective: str = "dpo") -> dict[str, list[int]]:  # fmt: skip
     rows, speed, _ = bench_modules  # type: ignore[misc]
     root = tiny["root"]
-    case = rows.Case("l1b", method, zero, MB, seq, False, "pref-mix", ("trl-dpo", "dojo"), "dpo")
+    ref = "trl-dpo" if objective == "dpo" else "trl-pref"
+    case = rows.Case("l1b", method, zero, MB, seq, False, "pref-mix", (ref, "dojo"), objective)
     speed.write_dojo_ds_configs([case], {"l1b": tiny["model"]}, {"pref-mix": tiny[data]}, root)
     counts = {}
     for system in case.systems:
-        out = root / f"run-{system}-{method}-{data}"
+        out = root / f"run-{system}-{objective}-{method}-{data}"
         argv, env = speed.command(case, system, tiny["model"], tiny[data], out, STEPS, 0, root)
         if system == "trl-dpo":
             argv += CPU_TRL
+        elif system == "trl-pref":
+            argv.append("--cpu")
         else:
             i = argv.index("--gpus")
             argv[i : i + 2] = ["--nproc", "1"]
-        log = root / f"steps-{system}-{method}-{data}.json"
+        log = root / f"steps-{system}-{objective}-{method}-{data}.json"
         env = {**os.environ, **env, "BENCH_STEPLOG": str(log), "DS_ACCELERATOR": "cpu",
                "LOCAL_SIZE": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
         env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{REPO}"
@@ -101,3 +105,18 @@ def test_trl_dpo_script_full_zero3_on_the_mix(bench_modules: object, tiny: dict[
     per_step = 2 * MB
     assert counts["trl-dpo"][0] == counts["dojo"][0] + per_step
     assert counts["trl-dpo"][1] == counts["dojo"][1] + STEPS * per_step
+
+
+@pytest.mark.parametrize("objective", ["orpo", "simpo"])
+def test_trl_orpo_and_cpo_trainers_and_dojo_count_the_same_tokens(
+    bench_modules: object, tiny: dict[str, Path], objective: str
+) -> None:
+    """bench/trl_pref.py (TRL's ORPOTrainer / CPOTrainer as its example scripts run them) and
+    dojo on the preference mix at the set's max length: both train, and count the same pairs'
+    tokens but for three TRL adds to each sequence: the newline its template keeps after each
+    answer's <|im_end|>, and the tokenizer's BOS and EOS, which its tokenize_row adds
+    (add_bos_token_if_needed, add_eos_token_if_needed) where dojo's ChatML has neither."""
+    counts = _tokens(bench_modules, tiny, "lora", 2, "mix", seq=2048, objective=objective)
+    per_step = 3 * 2 * MB
+    assert counts["trl-pref"][0] == counts["dojo"][0] + per_step, counts
+    assert counts["trl-pref"][1] == counts["dojo"][1] + STEPS * per_step, counts

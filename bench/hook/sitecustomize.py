@@ -3,10 +3,11 @@ bench/gpu.sh put bench/hook first on PYTHONPATH and set
 
 - BENCH_STEPLOG=FILE: bench/steps.py's per-step record added to the run's Trainer, as
   bench/baseline_trainer.py and bench/trl_sft.py add it to theirs;
-- BENCH_COUNT_TOKENS=1: for a script that counts no tokens of its own (TRL's DPO script), each
-  batch's real tokens (its attention mask's ones, summed on the host in the collator, so no
-  device read) added to ``state.num_input_tokens_seen`` before the step, as dojo's collators
-  count them (a DPO batch is the chosen and the rejected sequences, each with its prompt);
+- BENCH_COUNT_TOKENS=1: for a script that counts no tokens of its own (TRL's DPO script,
+  bench/trl_pref.py), each batch's real tokens (its attention masks' ones, summed on the host in
+  the collator, so no device read) added to ``state.num_input_tokens_seen`` before the step, as
+  dojo's collators count them (a pair is its chosen and its rejected sequence, each with its
+  prompt);
 - DOJO_BENCH_MEMSNAP=DIR: the CUDA allocator's memory history over steps 1-4 (or to the end of
   a shorter run: the memory benchmark runs 3); DIR/<pid>.txt gets bench/memsnap.py's summary
   (each growth of the reserve, who asked for it, the holes left).
@@ -60,8 +61,14 @@ class _Counting:
 
     def __call__(self, features):  # type: ignore[no-untyped-def]
         batch = self.inner(features)
-        mask = batch.get("attention_mask")
-        batch[_TOKENS] = int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
+        # DPO's batch: one mask over the chosen and rejected sequences; ORPO's and CPO's: one
+        # per side (chosen_/rejected_attention_mask, each with its prompt) beside the prompt's
+        masks = [v for k, v in batch.items()
+                 if k.endswith("attention_mask") and not k.startswith("prompt")]  # fmt: skip
+        if masks:
+            batch[_TOKENS] = int(sum(int(m.sum()) for m in masks))
+        else:
+            batch[_TOKENS] = int(batch["input_ids"].numel())
         return batch
 
 
