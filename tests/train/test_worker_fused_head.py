@@ -157,3 +157,52 @@ def test_the_whole_logits_are_never_kept() -> None:
     )
     assert largest_kept(lambda: fused_head.concatenated_forward(
         trainer, model, batch, nll="sequence", average=True, padding_value=0)) < logits  # fmt: skip
+
+
+def test_the_collators_plan_unpads_without_reading_the_mask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under sdpa_varlen the collator plans ORPO's and SimPO's concatenated layout on the host
+    (unpadded.pair_mask, as CountTokens does), and the forward uses it: no plan is made from
+    the device's mask, and the result is the padded run's."""
+    from trl.experimental.orpo import ORPOTrainer
+
+    batch, trainer = _batch(), _trainer(ORPOTrainer)
+    reference, model = tiny_llama("sdpa"), tiny_llama("sdpa_varlen")
+    model.load_state_dict(reference.state_dict())
+    fused_head.install(model)
+    unpadded.install(model, "sdpa_varlen")
+    mask = unpadded.pair_mask(batch["chosen_attention_mask"], batch["rejected_attention_mask"])
+    # TRL's own layout of the concatenated batch, which the plan's shape guard checks
+    cat = ORPOTrainer.concatenated_inputs(batch)["concatenated_attention_mask"]
+    assert torch.equal(mask, cat) and mask.shape == (2 * len(PAIRS), 14)
+    batch[unpadded.PLAN_KEY] = unpadded.plan(mask)
+    trl_out = ORPOTrainer.concatenated_forward(trainer, reference, batch)
+
+    def no_plan(_: torch.Tensor) -> None:
+        raise AssertionError("a plan was made from the mask in the forward")
+
+    monkeypatch.setattr(unpadded, "plan", no_plan)
+    ours = fused_head.concatenated_forward(trainer, model, batch, nll="sequence", average=True,
+                                           padding_value=0)  # fmt: skip
+    _compare(trl_out, ours, model, reference)
+
+
+def test_count_tokens_plans_orpo_and_simpo_batches() -> None:
+    """The collator wrapper dojo puts in TRL's place counts each pair's real tokens and, under
+    an unpadded kernel, plans the concatenated layout from the two sides' masks."""
+    from dojo.train.worker.objectives import CountTokens
+    from dojo.train.worker.packing import TOKENS
+
+    batch = _batch()
+    features = [{"chosen_input_ids": [0] * int(c.sum()), "rejected_input_ids": [0] * int(r.sum())}
+                for c, r in zip(batch["chosen_attention_mask"], batch["rejected_attention_mask"],
+                                strict=True)]  # fmt: skip
+    keys = ("chosen_input_ids", "rejected_input_ids")
+    planned = CountTokens(lambda f: dict(batch), keys, {}, (), unpad=True)(features)
+    plain = CountTokens(lambda f: dict(batch), keys, {}, (), unpad=False)(features)
+    real = sum(2 * p + c + r for p, c, r in PAIRS)  # each side with its prompt
+    assert planned[TOKENS] == plain[TOKENS] == real
+    assert unpadded.PLAN_KEY not in plain
+    flat = planned[unpadded.PLAN_KEY]
+    assert flat["shape"] == (2 * len(PAIRS), 14) and int(flat["cu_seq_lens"][-1]) == real

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from dojo.train.worker.unpadded import PLAN_KEY
+
 OUTPUTS = ("log_probs", "mean_logits")
 """The per-token fields the head computes: the log-probabilities and the metrics' mean logits."""
 
@@ -55,6 +57,8 @@ def concatenated_forward(
     answers = cat["concatenated_labels"]
     labels = torch.where(mask == 1, ids, -100) if nll == "sequence" else answers
     kw = {"output_router_logits": True} if trainer.aux_loss_enabled else {}
+    if PLAN_KEY in batch:  # the collator's plan for the unpadding hook (dojo.train.worker.unpadded)
+        kw[PLAN_KEY] = batch[PLAN_KEY]
     # input_ids by name: the head hands its arguments to the backbone as they came, and the
     # backbone's unpadding hook (dojo.train.worker.unpadded) reads them from the keywords
     out = model(input_ids=ids, attention_mask=mask, use_cache=False, labels=labels,

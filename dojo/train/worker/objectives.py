@@ -88,9 +88,9 @@ def peft_config(model: Any, run: Any) -> Any:
 
 class CountTokens:
     """TRL's collator, plus the batch's real tokens counted on the host (``TOKENS``, which
-    DojoTrainer pops) and, with ``unpad`` (DPO's padded batch), where its real tokens go in one
-    flat row (``unpadded.plan``). Not KTO's: TRL hands the batch's extra keys to its KL call
-    too, whose sequences are others. Set in place of TRL's once the trainer is built: the batches
+    DojoTrainer pops) and, with ``unpad`` (the padded pairs of DPO, ORPO and SimPO), where its
+    real tokens go in one flat row (``unpadded.plan``). Not KTO's: TRL hands the batch's extra
+    keys to its KL call too, whose sequences are others. Set in place of TRL's once the trainer is built: the batches
     TRL's precompute of reference log-probs collates go to the model as they are."""
 
     def __init__(
@@ -107,7 +107,11 @@ class CountTokens:
         batch = self.inner(features)
         batch[TOKENS] = n
         if self.unpad:
-            flat = unpadded.plan(batch["attention_mask"])
+            mask = batch.get("attention_mask")  # DPO's; ORPO's and CPO's are one per side
+            if mask is None:
+                mask = unpadded.pair_mask(batch["chosen_attention_mask"],
+                                          batch["rejected_attention_mask"])  # fmt: skip
+            flat = unpadded.plan(mask)
             if flat is not None:
                 batch[unpadded.PLAN_KEY] = flat
         return batch
@@ -223,7 +227,7 @@ def build_trainer(
     keys, repeat = _COUNTED[objective]
     drop = ("prompt_ids", "chosen_ids", "rejected_ids") if objective in ("orpo", "simpo") else ()
     trainer.data_collator = CountTokens(trainer.data_collator, keys, repeat, drop,
-                                        unpad=unpad and objective == "dpo")  # fmt: skip
+                                        unpad=unpad and objective != "kto")  # fmt: skip
     return trainer
 
 

@@ -22,10 +22,10 @@ than a wrapped forward: TRL replaces the model's forward with its fused head and
 ``forward`` directly, but both call the backbone as a module, so its hooks run for the policy,
 the reference (the adapter-off base or the frozen copy) and the precomputed reference alike.
 
-Where the offsets come from: DPO's collator (``plan`` on the host, under ``PLAN_KEY``, so the
-forward never waits on the GPU to read them); any other call (KTO's completions and KL
-completions, ORPO's and SimPO's concatenated batch) from its attention mask, one device read per
-forward. A plan made for another shape than the call's is not used.
+Where the offsets come from: the collator of DPO, ORPO and SimPO (``plan`` on the host, under
+``PLAN_KEY``, so the forward never waits on the GPU to read them); any other call (KTO's
+completions and KL completions) from its attention mask, one device read per forward. A plan
+made for another shape than the call's is not used.
 """
 
 from typing import Any
@@ -60,6 +60,15 @@ def plan(attention_mask: torch.Tensor) -> dict[str, Any] | None:
         "cu_seq_lens": cu,
         "max_length": int(lengths.max()),
     }
+
+
+def pair_mask(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
+    """ORPO's and CPO's batch keeps each side's mask padded to its own longest; their
+    ``concatenated_inputs`` pads both to the wider and stacks chosen over rejected. The same
+    layout on the host, for ``plan``."""
+    width = max(chosen.shape[1], rejected.shape[1])
+    pad = [torch.nn.functional.pad(m, (0, width - m.shape[1])) for m in (chosen, rejected)]
+    return torch.cat(pad)
 
 
 class Unpad:
