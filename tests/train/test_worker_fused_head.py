@@ -206,3 +206,26 @@ def test_count_tokens_plans_orpo_and_simpo_batches() -> None:
     assert unpadded.PLAN_KEY not in plain
     flat = planned[unpadded.PLAN_KEY]
     assert flat["shape"] == (2 * len(PAIRS), 14) and int(flat["cu_seq_lens"][-1]) == real
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("objective", ["orpo", "simpo"])
+def test_cuda_scores_only_the_labelled_positions_and_matches_trl(objective: str) -> None:
+    """On CUDA TRL's head scores only the positions with a label (its Triton path), a code path
+    the CPU never takes: the log-probabilities and the NLL term still match TRL's trainers on
+    the whole logits (fp32 weights, so the comparison is not bf16's rounding)."""
+    from trl.experimental.cpo import CPOTrainer
+    from trl.experimental.orpo import ORPOTrainer
+
+    cls = ORPOTrainer if objective == "orpo" else CPOTrainer
+    batch = {k: v.cuda() for k, v in _batch().items()}
+    trainer = _trainer(cls, loss_type="simpo", cpo_alpha=0.0)
+    trainer.accelerator.device = torch.device("cuda")
+    reference, model = tiny_llama("sdpa").cuda(), tiny_llama("sdpa").cuda()
+    model.load_state_dict(reference.state_dict())
+    fused_head.install(model)
+    trl_out = cls.concatenated_forward(trainer, reference, batch)
+    nll = "sequence" if objective == "orpo" else ""
+    ours = fused_head.concatenated_forward(trainer, model, batch, nll=nll, average=True,
+                                           padding_value=0)  # fmt: skip
+    _compare(trl_out, ours, model, reference)
