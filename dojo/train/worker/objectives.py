@@ -90,8 +90,9 @@ class CountTokens:
     """TRL's collator, plus the batch's real tokens counted on the host (``TOKENS``, which
     DojoTrainer pops) and, with ``unpad`` (the padded pairs of DPO, ORPO and SimPO), where its
     real tokens go in one flat row (``unpadded.plan``). Not KTO's: TRL hands the batch's extra
-    keys to its KL call too, whose sequences are others. Set in place of TRL's once the trainer is built: the batches
-    TRL's precompute of reference log-probs collates go to the model as they are."""
+    keys to its KL call too, whose sequences are others. Set in place of TRL's once the trainer
+    is built: the batches TRL's precompute of reference log-probs collates go to the model as
+    they are."""
 
     def __init__(
         self, inner: Any, keys: tuple[str, ...], repeat: dict[str, int], drop: tuple[str, ...],
