@@ -13,6 +13,22 @@ def no_local_gpu(monkeypatch):
     monkeypatch.setattr("dojo.gpus.list_gpus", lambda: [])
 
 
+@pytest.mark.parametrize(
+    ("flags", "shown"),
+    [
+        (["--attn", "sdpa"], ", sdpa, "),
+        (["--attn", "sdpa_varlen", "--packing"], ", sdpa_varlen (memory as flash_attention_2), "),
+        (["--attn", "flash_attention_2", "--packing"], ", flash_attention_2, "),
+    ],
+)
+def test_the_header_names_the_runs_attention_kernel(cli, flags: list[str], shown: str) -> None:
+    """The kernel the run uses, and the one whose memory model the estimate applies to it
+    where they differ (a user who asked for sdpa_varlen never sees only another kernel's name)."""
+    r = cli("estimate", "--model", "1b", *flags, "--gpu-memory", "80")
+    assert r.exit_code == 0, r.stderr
+    assert shown in r.stdout.splitlines()[0]
+
+
 def test_plain_table_all_stages(cli) -> None:
     r = cli("estimate", "--model", "7b", "--zero", "all", "--gpu-memory", "80")
     assert r.exit_code == 0, r.stderr
