@@ -122,18 +122,17 @@ def title(rows: list[MemoryEstimate]) -> str:
     extras += [] if any(x.setup.deepspeed for x in rows) else ["no DeepSpeed"]
     extras += ["fp32 adapters"] if all(x.setup.fp32_adapters for x in rows) else []
     limit = "".join(f", {x}" for x in extras) + limit
-    attn = (
-        s.run.kernels.attn
-    )  # the run's kernel; where another's memory model stands for it, say so
-    if attn not in (s.attention, "auto"):
-        attn = f"{attn} (memory as {s.attention})"
-    elif attn == "auto":
-        attn = s.attention
+    # the run's kernel; where another kernel's memory model stands for it, that one's name too
+    kernel: str = s.run.kernels.attn
+    if kernel == "auto":
+        kernel = s.attention
+    elif kernel != s.attention:
+        kernel = f"{kernel} (memory as {s.attention})"
     return (
         f"{spec.name}: {spec.params:,} params ({r.trainable_params:,} trainable), {method}, {gpus}, "
         f"micro-batch {s.run.loop.micro_batch} x seq {s.run.data.seq_len}, "
         f"grad-ckpt {'on' if s.kernels.grad_ckpt else 'off'}"
-        f", {attn}{limit}; GiB per GPU, CPU GiB per node"
+        f", {kernel}{limit}; GiB per GPU, CPU GiB per node"
     )
 
 
