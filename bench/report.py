@@ -288,7 +288,8 @@ def speed_section(name: str, title: str, about: str) -> list[str]:
     out += ["| row | shape | method | ZeRO | micro-batch x seq | checkpointing | data | systems |",
             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for row, c in cases.items():
-        method = c.method if c.objective == "sft" else f"{c.objective.upper()} {c.method}"
+        names = {"dpo": "DPO", "orpo": "ORPO", "kto": "KTO", "simpo": "SimPO"}
+        method = c.method if c.objective == "sft" else f"{names[c.objective]} {c.method}"
         out.append(f"| {row} | {c.shape} | {method} | {c.zero} | {c.micro_batch} x {c.seq_len} "
                    f"| {'on' if c.grad_ckpt else 'off'} | {c.data} | {', '.join(c.systems)} |")  # fmt: skip
     out += ["", f"Today: `bash bench/gpu.sh speed {name}` (plan: `python bench/speed.py --set {name} "

@@ -37,6 +37,7 @@ FROZEN = {
     "heldout-preference": "3034e672e704c72a",
     "heldout-moe-offload-long": "b8bb27bd22b59505",
     "heldout-moe-families": "d2123835381de817",
+    "heldout-pref-loss-kbit": "00f8fe997f6cc240",
 }
 """Each set that has run: a fingerprint of its rows and their fit/held split. A held-out claim
 rests on the rows committed before they ran, so these never change; a new set gets its line
