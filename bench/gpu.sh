@@ -8,6 +8,7 @@
 #   bash bench/gpu.sh speed SET [ARGS ...]     a speed set -> $OUT/speed-SET.json (bench/speed.py);
 #                                              ARGS go to speed.py, e.g. --only 1b-full 1b-lora
 #   bash bench/gpu.sh tests [PATH ...]         the GPU tests (pytest -m gpu), all or those under PATH
+#                                              -> $OUT/gpu-tests.log
 #
 # Environment: LIMIT_S (the command's time limit, default 560 s; speed.py drops the rows that
 # would end later, last in the set's order first), for speed REPEATS (2), STEPS (30), WARMUP
@@ -38,8 +39,9 @@ case "$plan" in
     timeout "$limit" python3 bench/speed.py --set "$set_name" --out "$OUT/speed-$set_name.json" \
       --gpus "$gpus" "${spread[@]}" --repeats "${REPEATS:-2}" --steps "${STEPS:-30}" "${warm[@]}" \
       --limit-s "$((limit - 40))" "$@" ;;
-  tests)
-    timeout "$limit" python3 -m pytest -q -rA --runslow -m gpu "${@:-tests/}" ;;
+  tests)  # the report also comes back as $OUT/gpu-tests.log, whatever else the call prints
+    timeout "$limit" python3 -m pytest -q -rA --runslow -m gpu "${@:-tests/}" 2>&1 \
+      | tee "$OUT/gpu-tests.log" ;;
   *)
     echo "usage: bash bench/gpu.sh memory|speed|tests [...]" >&2; exit 2 ;;
 esac
