@@ -348,6 +348,16 @@ def speed() -> list[str]:
         "before the medians.",
     )  # fmt: skip
     out += speed_section(
+        "kto", "KTO against TRL's own script",
+        "dojo train --objective kto against TRL's trl/scripts/kto.py at the same settings as the "
+        "DPO rows, on the same pairs as KTO's unpaired rows (bench/workload.py kto-mix: each "
+        "pair's chosen answer desirable, then its rejected one not), which both read in order; "
+        "\"vs trl-kto\" divides by TRL's script's median. Tokens: each row's prompt and answer, "
+        "counted on the host the same way for both (TRL's template keeps the newline after the "
+        "answer's end-of-turn token, one token a row more than dojo's); the KL term's mismatched "
+        "pairs are not counted for either.",
+    )  # fmt: skip
+    out += speed_section(
         "orpo-simpo", "ORPO and SimPO against TRL's trainers",
         "dojo train --objective orpo|simpo against TRL's ORPOTrainer and CPOTrainer (SimPO: "
         "loss_type simpo, cpo_alpha 0) run as TRL's example scripts run them (bench/trl_pref.py), "

@@ -17,7 +17,7 @@ Speed sets (``SPEED_SETS``): cases run by bench/speed.py with several systems ea
 always as a ratio to the row's first system (the plain script; TRL's DPO script for the
 preference set; TRL's ORPO or CPO trainer for orpo-simpo) in the same GPU call. Systems: "plain"
 (bench/baseline_trainer.py), "trl" and "trl-ds" (bench/trl_sft.py without and with DeepSpeed),
-"trl-dpo" (TRL's own trl/scripts/dpo.py), "trl-pref" (bench/trl_pref.py: TRL's ORPO and CPO
+"trl-dpo" and "trl-kto" (TRL's own trl/scripts/dpo.py, kto.py), "trl-pref" (bench/trl_pref.py: TRL's ORPO and CPO
 trainers as TRL's example scripts run them),
 "dojo" (dojo train's defaults) and "dojo FLAGS" (dojo train with extra flags, e.g.
 "dojo --compile off").
@@ -763,7 +763,7 @@ class Case:
     data: str  # "mix" | "longtail" | "fixed" (bench/workload.py)
     systems: tuple[
         str, ...
-    ]  # the reference first ("plain", "trl-dpo", "trl-pref"): every ratio is to it
+    ]  # the reference first ("plain", "trl-dpo", "trl-kto", "trl-pref"): every ratio is to it
     objective: str = "sft"  # dojo's --objective; dpo: TRL's DPO script is the reference
 
 
@@ -789,6 +789,8 @@ _PREF = ("trl-dpo", "dojo", "dojo --attn sdpa")
 # TRL's ORPO and CPO (SimPO) trainers (bench/trl_pref.py) against dojo train: its default (TRL's
 # fused LM head, the pairs without padding through the layers) and padded rows (the head alone).
 _PREF_TRAINERS = ("trl-pref", "dojo", "dojo --attn sdpa")
+# TRL's own KTO script (trl/scripts/kto.py) against dojo train, padded and not.
+_KTO = ("trl-kto", "dojo", "dojo --attn sdpa")
 
 SPEED_SETS: dict[str, dict[str, Case]] = {
     # The realistic mix (bench/workload.py: log-normal lengths, median 350 words), one H200, in the
@@ -825,6 +827,10 @@ SPEED_SETS: dict[str, dict[str, Case]] = {
     "preference": {
         "1b-dpo-lora-z2": Case("l1b", "lora", 2, 4, 2048, False, "pref-mix", _PREF, "dpo"),
         "1b-dpo-full-z3": Case("l1b", "full", 3, 4, 2048, False, "pref-mix", _PREF, "dpo"),
+    },
+    # KTO against TRL's own script at the same settings, on the same pairs as unpaired rows.
+    "kto": {
+        "1b-kto-lora-z2": Case("l1b", "lora", 2, 4, 2048, False, "kto-mix", _KTO, "kto"),
     },
     # ORPO and SimPO against TRL's trainers at the same settings, on the same mix.
     "orpo-simpo": {

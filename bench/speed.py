@@ -66,7 +66,7 @@ COMPILE_S = {"l1b": 25.0, "l7b": 60.0, "l8b": 60.0}
 TRL_PREP_S = 15.0
 """TRL tokenizes and packs the data in every run (3,000 chats; its DPO script 2,000 pairs)."""
 TRL_SAVE_S = {"l1b": 10.0}
-"""TRL's DPO script saves the model at its end (1B full: 2.5 GB, gathered under ZeRO-3)."""
+"""TRL's DPO and KTO scripts save the model at their end (1B full: 2.5 GB, gathered under ZeRO-3)."""
 PREP_S = {"l1b": 10.0, "l7b": 30.0, "l8b": 35.0}
 """Making a shape's random weights once per call, before the first run (the 8B memory call: 20 s
 to write them)."""
@@ -193,7 +193,7 @@ def cost_s(case: Case, system: str, steps: int, compile_on: bool) -> float:
         s += COMPILE_S.get(case.shape, 60.0)
     if system.startswith("trl"):
         s += TRL_PREP_S
-    if system == "trl-dpo":
+    if system in TRL_SCRIPTS:
         s += TRL_SAVE_S.get(case.shape, 30.0)
     if case.objective in ("dpo", "kto") and case.method == "full":
         s += steps * STEP_S.get((case.shape, case.grad_ckpt), 1.0) / 3  # the reference's forward
@@ -311,9 +311,9 @@ def command(case: Case, system: str, model: Path, data: Path, out: Path, steps: 
         "PYTHONPATH": f"{hook}:{os.environ.get('PYTHONPATH', '')}",
         "BENCH_COUNT_TOKENS": "1",
     }
-    if system == "trl-dpo":  # TRL's own script; the hook adds the step record and the count
-        argv = [*launcher, "--module", "trl.scripts.dpo", *trl_dpo_args(case, model, data, out,
-                steps, dojo_ds_config(case, work))]  # fmt: skip
+    if system in TRL_SCRIPTS:  # TRL's own script; the hook adds the step record and the count
+        argv = [*launcher, "--module", TRL_SCRIPTS[system], *trl_script_args(case, model, data,
+                out, steps, dojo_ds_config(case, work))]  # fmt: skip
         return argv, counted
     if system == "trl-pref":  # TRL's ORPO / CPO trainer, as its example scripts run it
         argv = [*launcher, str(BENCH / "trl_pref.py"), "--objective", case.objective,
@@ -339,9 +339,15 @@ LR_PREF = {"full": 1e-6, "lora": 5e-6, "qlora": 5e-6}
 to TRL's scripts too."""
 
 
-def trl_dpo_args(case: Case, model: Path, data: Path, out: Path, steps: int, ds: Path) -> list[str]:
-    """TRL's DPO script (trl/scripts/dpo.py: TrlParser over ScriptArguments, DPOConfig,
-    ModelConfig) with dojo train's settings of the row: the model folder (its tokenizer and
+TRL_SCRIPTS = {"trl-dpo": "trl.scripts.dpo", "trl-kto": "trl.scripts.kto"}
+"""Systems that run TRL's own scripts, by module (the KTO script unpairs paired rows itself:
+KTOTrainer's unpair_preference_dataset)."""
+
+
+def trl_script_args(case: Case, model: Path, data: Path, out: Path, steps: int,
+                    ds: Path) -> list[str]:  # fmt: skip
+    """TRL's DPO or KTO script (trl/scripts/dpo.py, kto.py: TrlParser over ScriptArguments,
+    DPOConfig or KTOConfig, ModelConfig) with dojo train's settings of the row: the model folder (its tokenizer and
     ChatML template), the data (a folder holding train.jsonl, which `datasets` loads as json),
     the batch, max length, learning rate, scheduler, optimizer, bf16, SDPA, TRL's beta and
     sigmoid loss (dojo's defaults are TRL's), checkpointing as the row says (DPOConfig's default
@@ -391,7 +397,7 @@ def write_dojo_ds_configs(cases: list[Case], models: dict[str, Path], data: dict
     run files it writes hold the DeepSpeed JSON dojo's own run uses (HF's values left "auto"),
     given to TRL's script as a TRL user passes one (--deepspeed)."""
     for c in cases:
-        if not {"trl-dpo", "trl-pref"} & set(c.systems):
+        if not {*TRL_SCRIPTS, "trl-pref"} & set(c.systems):
             continue
         run_dir = work / f"dry-{dojo_ds_config(c, work).stem}"
         argv = ["train", "--gpus", "0", "--model", str(models[c.shape]), "--data",

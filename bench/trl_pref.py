@@ -10,7 +10,7 @@ dataset as it is (conversational prompt/chosen/rejected: the trainer applies the
 template and tokenizes), and the trainer with its config and a PEFT config (LoRA r 16, alpha 32,
 dropout 0.05, all linear layers: dojo's defaults). SimPO is TRL's CPOTrainer with
 loss_type="simpo" and cpo_alpha=0, as TRL's docs give it. The rest are dojo train's settings of
-the row, as bench/speed.py's trl_dpo_args gives TRL's DPO script: batch, max length, learning
+the row, as bench/speed.py's trl_script_args gives TRL's DPO script: batch, max length, learning
 rate (dojo's preference defaults, from bench/speed.py), linear schedule, no warm-up, fused AdamW, bf16, SDPA, TRL's
 beta, two dataloader workers, and the DeepSpeed JSON dojo train writes for the row. The real
 tokens of each batch are counted by bench/hook (BENCH_COUNT_TOKENS), as for TRL's DPO script.

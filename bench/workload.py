@@ -18,6 +18,7 @@ fly from a fixed seed, so every run of every system sees the same file:
   dojo cuts each answer to seq-len less the prompt (``--overflow truncate``, its default), so
   every sequence of a micro-batch, chosen and rejected alike, is exactly seq-len tokens: what
   ``dojo estimate --seq-len`` counts for a pair (two sequences of seq-len a row) or a KTO row;
+- ``kto-mix``: the same pairs as KTO's unpaired rows (each pair's chosen row, then its rejected);
 - ``pref-mix``: the realistic preference mix for speed, 2,000 pairs with log-normal prompt and
   answer lengths (UltraFeedback-like: prompts median 30 words, answers median 80), prompt +
   longer answer capped at the row's seq-len, so almost no pair is truncated.
@@ -160,6 +161,17 @@ def preference_mix_data(work: Path, seq_len: int = 2048, n: int = 2000) -> Path:
     return _write(work / f"speed-pref-mix-{seq_len}.jsonl", pairs)
 
 
+def unpaired(pairs: Path, out: Path) -> Path:
+    """KTO's rows from a pair file: each pair's chosen answer (desirable), then its rejected one
+    (not), in TRL's unpaired format, which dojo and TRL's KTO script both read as is, in order."""
+    rows = []
+    for line in pairs.read_text().splitlines():
+        pair = json.loads(line)
+        for side, good in (("chosen", True), ("rejected", False)):
+            rows.append({"prompt": pair["prompt"], "completion": pair[side], "label": good})
+    return _write(out, rows)
+
+
 def speed_data(work: Path) -> dict[str, Path]:
     """The speed benchmark's datasets, by name. fixed and mix come from one generator in this
     order (seed 0), as every speed result since the first was measured on them."""
@@ -172,6 +184,7 @@ def speed_data(work: Path) -> dict[str, Path]:
         "mix": _write(work / "speed-mix.jsonl", mix),
         "longtail": longtail_data(work),
         "pref-mix": preference_mix_data(work),
+        "kto-mix": unpaired(preference_mix_data(work), work / "speed-kto-mix-2048.jsonl"),
     }
 
 

@@ -37,10 +37,11 @@ def test_variant_flags_are_dojo_train_flags(bench: None) -> None:
         assert flag in train, variant
     for cases in rows.SPEED_SETS.values():
         for name, c in cases.items():
-            ref = {"sft": "plain", "dpo": "trl-dpo"}.get(c.objective, "trl-pref")
+            ref = {"sft": "plain", "dpo": "trl-dpo", "kto": "trl-kto"}.get(c.objective, "trl-pref")
             assert c.systems[0] == ref, name  # every ratio is to it
             assert c.shape in rows.SHAPES, name
-            assert c.data in (("mix", "longtail", "fixed") if ref == "plain" else ("pref-mix",))
+            data = {"plain": ("mix", "longtail", "fixed"), "trl-kto": ("kto-mix",)}
+            assert c.data in data.get(ref, ("pref-mix",))
 
 
 def test_a_variant_replaces_the_row_flag_it_names(bench: None) -> None:
@@ -181,6 +182,32 @@ def test_a_preference_row_runs_trl_dpo_script_with_dojo_settings(
     assert model_args.lora_target_modules == "all-linear"
     folder = Path(script[script.index("--dataset_name") + 1])
     assert (folder / "train.jsonl").read_text() == data.read_text()
+
+
+def test_a_kto_row_runs_trls_kto_script_with_dojo_settings(bench: None, tmp_path: Path) -> None:
+    """TRL's KTO script parses the same settings under its own names (KTOConfig), with KTO's
+    own loss and beta left at TRL's defaults, which are dojo's."""
+    pytest.importorskip("trl")
+    speed = importlib.import_module("speed")
+    rows = importlib.import_module("rows")
+    from trl.scripts.kto import make_parser
+
+    case = rows.SPEED_SETS["kto"]["1b-kto-lora-z2"]
+    assert case.objective == "kto" and case.systems[0] == "trl-kto"
+    ds = speed.dojo_ds_config(case, tmp_path)
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}}))
+    (tmp_path / "d.jsonl").write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n')
+    argv, env = speed.command(case, "trl-kto", tmp_path / "model", tmp_path / "d.jsonl",
+                              tmp_path / "out", 30, 1, tmp_path)  # fmt: skip
+    assert argv[argv.index("--module") + 1] == "trl.scripts.kto"
+    assert env["BENCH_COUNT_TOKENS"] == "1"
+    script = argv[argv.index("--module") + 2 :]
+    _, train, model_args, _ = make_parser().parse_args_and_config(
+        args=[*script, "--bf16", "false", "--optim", "adamw_torch"], fail_with_unknown_args=True
+    )
+    assert type(train).__name__ == "KTOConfig" and train.loss_type == "kto" and train.beta == 0.1
+    assert (train.per_device_train_batch_size, train.max_length, train.max_steps) == (4, 2048, 30)
+    assert train.deepspeed == str(ds) and model_args.use_peft and model_args.lora_r == 16
 
 
 @pytest.mark.parametrize("objective", ["orpo", "simpo"])

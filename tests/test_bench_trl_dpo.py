@@ -43,7 +43,8 @@ def bench_modules() -> object:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory, bench_modules: object) -> dict[str, Path]:
     """A 2-layer Llama (hidden 64) with random weights, dojo's tiny tokenizer, the bench data:
-    pairs longer than SEQ (each sequence truncated to SEQ) and the preference mix's first 64."""
+    pairs longer than SEQ (each sequence truncated to SEQ), the preference mix's first 64, and
+    those as KTO's unpaired rows."""
     pytest.importorskip("torch")
     pytest.importorskip("trl")
     pytest.importorskip("deepspeed")
@@ -54,21 +55,22 @@ def tiny(tmp_path_factory: pytest.TempPathFactory, bench_modules: object) -> dic
     mix = root / "data" / "pref-mix-64.jsonl"
     full = workload.preference_mix_data(root / "data")
     mix.write_text("".join(full.read_text().splitlines(keepends=True)[:64]))
-    return {"root": root, "model": root / "model-l1b", "fixed": fixed, "mix": mix}
+    kto = workload.unpaired(mix, root / "data" / "kto-mix-128.jsonl")
+    return {"root": root, "model": root / "model-l1b", "fixed": fixed, "mix": mix, "kto": kto}
 
 
 def _tokens(bench_modules: object, tiny: dict[str, Path], method: str, zero: int,
             data: str, seq: int = SEQ, objective: str = "dpo") -> dict[str, list[int]]:  # fmt: skip
     rows, speed, _ = bench_modules  # type: ignore[misc]
     root = tiny["root"]
-    ref = "trl-dpo" if objective == "dpo" else "trl-pref"
+    ref = {"dpo": "trl-dpo", "kto": "trl-kto"}.get(objective, "trl-pref")
     case = rows.Case("l1b", method, zero, MB, seq, False, "pref-mix", (ref, "dojo"), objective)
     speed.write_dojo_ds_configs([case], {"l1b": tiny["model"]}, {"pref-mix": tiny[data]}, root)
     counts = {}
     for system in case.systems:
         out = root / f"run-{system}-{objective}-{method}-{data}"
         argv, env = speed.command(case, system, tiny["model"], tiny[data], out, STEPS, 0, root)
-        if system == "trl-dpo":
+        if system in ("trl-dpo", "trl-kto"):
             argv += CPU_TRL
         elif system == "trl-pref":
             argv.append("--cpu")
@@ -120,3 +122,14 @@ def test_trl_orpo_and_cpo_trainers_and_dojo_count_the_same_tokens(
     per_step = 3 * 2 * MB
     assert counts["trl-pref"][0] == counts["dojo"][0] + per_step, counts
     assert counts["trl-pref"][1] == counts["dojo"][1] + STEPS * per_step, counts
+
+
+def test_trl_kto_script_and_dojo_count_the_same_rows(
+    bench_modules: object, tiny: dict[str, Path]
+) -> None:
+    """TRL's KTO script (trl/scripts/kto.py) and dojo on the same unpaired rows, in order (both
+    read them sequentially: TRL's KTOTrainer's sampler): the same rows' tokens a step (TRL's
+    counted by the hook from its rows' masks, the KL term's mismatched pairs left out), but for
+    the newline TRL's template keeps after each answer's <|im_end|>, one token a row."""
+    counts = _tokens(bench_modules, tiny, "lora", 2, "kto", seq=2048, objective="kto")
+    assert counts["trl-kto"] == [counts["dojo"][0] + MB, counts["dojo"][1] + STEPS * MB], counts

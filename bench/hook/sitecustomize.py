@@ -62,9 +62,10 @@ class _Counting:
     def __call__(self, features):  # type: ignore[no-untyped-def]
         batch = self.inner(features)
         # DPO's batch: one mask over the chosen and rejected sequences; ORPO's and CPO's: one
-        # per side (chosen_/rejected_attention_mask, each with its prompt) beside the prompt's
+        # per side (chosen_/rejected_attention_mask, each with its prompt) beside the prompt's;
+        # KTO's: the rows' own, beside the KL term's mismatched pairs (KL_attention_mask)
         masks = [v for k, v in batch.items()
-                 if k.endswith("attention_mask") and not k.startswith("prompt")]  # fmt: skip
+                 if k.endswith("attention_mask") and not k.startswith(("prompt", "KL_"))]  # fmt: skip
         if masks:
             batch[_TOKENS] = int(sum(int(m.sum()) for m in masks))
         else:
