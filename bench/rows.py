@@ -740,6 +740,24 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "l8b", 3, "qlora", micro_batch=2, seq_len=4096, grad_ckpt=True, alloc=EXP, gpus=2),
         ),
     ),
+    "heldout-nods-backward-peak": MemorySet(
+        about="Full fine-tuning in one process without DeepSpeed or checkpointing, where the "
+        "backward peaks before most grads exist, and where heldout-pref-loss-kbit's "
+        "Llama-3.2-3B row came out 6.5% under (1.7 GiB allocated more than estimated; its "
+        "Qwen3-0.6B sibling +2.0%). That row again as a fit row, to be run with "
+        "DOJO_BENCH_MEMSNAP for the allocator's history at its peak; held beside it, the same "
+        "class on shapes the estimate was not judged on there: Qwen3-1.7B (tied head, 152k "
+        "vocabulary) and TinyLlama-1.1B (untied, 32k) with Liger, and Llama-3.2-1B without "
+        "Liger. Committed before the set runs: what the fit row shows is judged on the others.",
+        committed="this commit, before the set ran",
+        was="bench/rows.py",
+        rows=(
+            Row(F, D, "l3b", -1, micro_batch=2, alloc=EXP),
+            Row(H, D, "q3", -1, micro_batch=2, alloc=EXP),
+            Row(H, D, "tl1b", -1, micro_batch=4, alloc=EXP),
+            Row(H, D, "l1b", -1, micro_batch=2, liger=False, alloc=EXP),
+        ),
+    ),
 }
 # fmt: on
 
