@@ -749,7 +749,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "class on shapes the estimate was not judged on there: Qwen3-1.7B (tied head, 152k "
         "vocabulary) and TinyLlama-1.1B (untied, 32k) with Liger, and Llama-3.2-1B without "
         "Liger. Committed before the set runs: what the fit row shows is judged on the others.",
-        committed="this commit, before the set ran",
+        committed="82c54d6, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(F, D, "l3b", -1, micro_batch=2, alloc=EXP),
