@@ -347,11 +347,11 @@ KTOTrainer's unpair_preference_dataset)."""
 def trl_script_args(case: Case, model: Path, data: Path, out: Path, steps: int,
                     ds: Path) -> list[str]:  # fmt: skip
     """TRL's DPO or KTO script (trl/scripts/dpo.py, kto.py: TrlParser over ScriptArguments,
-    DPOConfig or KTOConfig, ModelConfig) with dojo train's settings of the row: the model folder (its tokenizer and
-    ChatML template), the data (a folder holding train.jsonl, which `datasets` loads as json),
-    the batch, max length, learning rate, scheduler, optimizer, bf16, SDPA, TRL's beta and
-    sigmoid loss (dojo's defaults are TRL's), checkpointing as the row says (DPOConfig's default
-    is on), dojo's LoRA (r 16, alpha 32, dropout 0.05, all linear layers; the trainer turns
+    DPOConfig or KTOConfig, ModelConfig) with dojo train's settings of the row: the model folder
+    (its tokenizer and ChatML template), the data (a folder holding train.jsonl, which `datasets`
+    loads as json), the batch, max length, learning rate, scheduler, optimizer, bf16, SDPA, TRL's
+    beta and loss (sigmoid for DPO, kto for KTO: dojo's defaults are TRL's), checkpointing as
+    the row says (the configs' default is on), dojo's LoRA (r 16, alpha 32, dropout 0.05, all linear layers; the trainer turns
     dropout off, as dojo's does), dojo's two dataloader workers, and the DeepSpeed JSON dojo
     train writes for the row."""
     args = [

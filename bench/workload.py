@@ -179,12 +179,13 @@ def speed_data(work: Path) -> dict[str, Path]:
     fixed = [synthetic_chat(rng, 2048 * 2, q=40) for _ in range(200)]
     lens = [int(min(3000, max(20, rng.lognormvariate(math.log(350), 1.0)))) for _ in range(3000)]
     mix = [synthetic_chat(rng, n) for n in lens]
+    pairs = preference_mix_data(work)
     return {
         "fixed": _write(work / "speed-fixed.jsonl", fixed),
         "mix": _write(work / "speed-mix.jsonl", mix),
         "longtail": longtail_data(work),
-        "pref-mix": preference_mix_data(work),
-        "kto-mix": unpaired(preference_mix_data(work), work / "speed-kto-mix-2048.jsonl"),
+        "pref-mix": pairs,
+        "kto-mix": unpaired(pairs, work / "speed-kto-mix-2048.jsonl"),
     }
 
 

@@ -3,8 +3,8 @@ bench/gpu.sh put bench/hook first on PYTHONPATH and set
 
 - BENCH_STEPLOG=FILE: bench/steps.py's per-step record added to the run's Trainer, as
   bench/baseline_trainer.py and bench/trl_sft.py add it to theirs;
-- BENCH_COUNT_TOKENS=1: for a script that counts no tokens of its own (TRL's DPO script,
-  bench/trl_pref.py), each batch's real tokens (its attention masks' ones, summed on the host in
+- BENCH_COUNT_TOKENS=1: for a script that counts no tokens of its own (TRL's DPO and KTO
+  scripts, bench/trl_pref.py), each batch's real tokens (its attention masks' ones, summed on the host in
   the collator, so no device read) added to ``state.num_input_tokens_seen`` before the step, as
   dojo's collators count them (a pair is its chosen and its rejected sequence, each with its
   prompt);
