@@ -306,11 +306,8 @@ def command(case: Case, system: str, model: Path, data: Path, out: Path, steps: 
     if system == "trl-ds":  # the plain script's JSON, written once by write_ds_configs
         ds = work / f"ds-zero{case.zero}.json"
         return [*launcher, str(BENCH / "trl_sft.py"), *common, "--deepspeed", str(ds)], {}
-    hook = str(BENCH / "hook")
-    counted = {
-        "PYTHONPATH": f"{hook}:{os.environ.get('PYTHONPATH', '')}",
-        "BENCH_COUNT_TOKENS": "1",
-    }
+    hooked = {"PYTHONPATH": f"{BENCH / 'hook'}:{os.environ.get('PYTHONPATH', '')}"}
+    counted = {**hooked, "BENCH_COUNT_TOKENS": "1"}
     if system in TRL_SCRIPTS:  # TRL's own script; the hook adds the step record and the count
         argv = [*launcher, "--module", TRL_SCRIPTS[system], *trl_script_args(case, model, data,
                 out, steps, dojo_ds_config(case, work))]  # fmt: skip
@@ -331,7 +328,7 @@ def command(case: Case, system: str, model: Path, data: Path, out: Path, steps: 
         "--logging-steps", str(LOG_STEPS), "--report-to", "none",
         "--output-dir", str(out), "--force",
     ]  # fmt: skip
-    return argv, {"PYTHONPATH": f"{hook}:{os.environ.get('PYTHONPATH', '')}"}
+    return argv, hooked
 
 
 LR_PREF = {"full": 1e-6, "lora": 5e-6, "qlora": 5e-6}

@@ -166,21 +166,21 @@ def _trainer_classes() -> dict[str, type]:
             out[f"{side}_labels"] = [-100] * len(p) + answer
         return out
 
-    class DojoORPOTrainer(Dojo, ORPOTrainer):
+    class FusedHead(Dojo):
+        """ORPO's and CPO's trainers: TRL's fused LM head on the model once TRL has built
+        (and PEFT-wrapped) it, for ``concatenated_forward`` to call (dojo.train.worker.fused_head)."""
+
         def __init__(self, *args: Any, **kw: Any) -> None:
             super().__init__(*args, **kw)
             fused_head.install(self.model)
 
+    class DojoORPOTrainer(FusedHead, ORPOTrainer):
         def concatenated_forward(self, model: Any, batch: dict[str, Any]) -> tuple[Any, ...]:
             return fused_head.concatenated_forward(
                 self, model, batch, nll="sequence", average=True, padding_value=self.padding_value,
             )  # fmt: skip
 
-    class DojoCPOTrainer(Dojo, CPOTrainer):
-        def __init__(self, *args: Any, **kw: Any) -> None:
-            super().__init__(*args, **kw)
-            fused_head.install(self.model)
-
+    class DojoCPOTrainer(FusedHead, CPOTrainer):
         def concatenated_forward(self, model: Any, batch: dict[str, Any]) -> tuple[Any, ...]:
             return fused_head.concatenated_forward(
                 self, model, batch, nll="answer" if self.cpo_alpha else "",
