@@ -23,6 +23,7 @@ source bench/gpu_setup.sh || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers, deepspeed, peft; print(torch.__version__, transformers.__version__, deepspeed.__version__, peft.__version__)"
 limit=${LIMIT_S:-560}
+stamp=$(mktemp)  # this call's run logs are newer: a warm machine's /tmp/dojo-bench keeps earlier calls'
 plan=${1:-}; shift || true
 case "$plan" in
   memory)
@@ -46,5 +47,6 @@ case "$plan" in
     echo "usage: bash bench/gpu.sh memory|speed|tests [...]" >&2; exit 2 ;;
 esac
 rc=$?
-(cd /tmp/dojo-bench 2>/dev/null && tar czf "$OUT/logs-$plan-${set_name:-}.tgz" ./*.log 2>/dev/null)  # run logs, if any
+(cd /tmp/dojo-bench 2>/dev/null && find . -maxdepth 1 -name '*.log' -newer "$stamp" -print0 \
+  | tar czf "$OUT/logs-$plan-${set_name:-}.tgz" --null -T -)  # this call's run logs, if any
 exit $rc

@@ -447,10 +447,12 @@ class GpuPeak(threading.Thread):
 
 
 def sequences(record: dict[str, Any]) -> list[list[dict[str, str]]]:
-    """The sequences a record trains: a chat's messages, or a preference pair's prompt with each
-    answer (DPO's two sequences a row)."""
+    """The sequences a record trains: a chat's messages, a preference pair's prompt with each
+    answer (DPO's two sequences a row), or an unpaired row's prompt with its completion (KTO's)."""
     if "messages" in record:
         return [record["messages"]]
+    if "completion" in record:
+        return [record["prompt"] + record["completion"]]
     return [record["prompt"] + record[side] for side in ("chosen", "rejected")]
 
 

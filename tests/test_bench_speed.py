@@ -267,3 +267,20 @@ def test_preference_data_lengths(bench: None, tmp_path: Path) -> None:
                for p in map(json.loads, mix.read_text().splitlines())]  # fmt: skip
     assert len(longest) == 2000 and sum(x > 2048 for x in longest) <= 10
     assert 300 < sorted(longest)[1000] < 900  # a realistic median pair, not the cap
+
+
+def test_kto_unpaired_rows_give_one_sequence_each(bench: None, tmp_path: Path) -> None:
+    """KTO's unpaired rows (prompt, completion, label): one sequence a row, the same sequences as
+    the pairs they come from, so the same attention length."""
+    pytest.importorskip("tokenizers")
+    workload = importlib.import_module("workload")
+    speed = importlib.import_module("speed")
+    from dojo.train.tiny import build_tiny_tokenizer
+
+    pairs = workload.preference_fixed_data(tmp_path, 64, n=3)
+    rows = workload.unpaired(pairs, tmp_path / "kto.jsonl")
+    row = json.loads(rows.read_text().splitlines()[0])
+    assert set(row) == {"prompt", "completion", "label"}
+    assert speed.sequences(row) == [row["prompt"] + row["completion"]]
+    tok = build_tiny_tokenizer(tmp_path / "tok")
+    assert speed.attention_length(rows, 64, tok) == speed.attention_length(pairs, 64, tok)
