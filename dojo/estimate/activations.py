@@ -62,8 +62,14 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     if kernels and s.run.model.method == "full":
         # Liger's RMSNorm keeps its bf16 input + fp32 rstd instead of HF's fp32 copy + bf16
         # output (-8h by that count) and its SwiGLU keeps gate and up but not silu(gate) (-2i).
-        # Measured on the H200 (docs/benchmarks.md rows 1-5) the layer saves 14h + 2i less.
-        per_token -= int(cal.liger_full_saved_per_token_h * h) + 2 * i
+        # That count holds where the backward peaks at its start; under DeepSpeed the measured
+        # peaks are as if the layer saved 14h + 2i less (Calibration, both constants).
+        saved_h = (
+            cal.liger_full_saved_per_token_h_bare
+            if s.peak_before_grads
+            else cal.liger_full_saved_per_token_h
+        )
+        per_token -= int(saved_h * h) + 2 * i
     elif (kernels and not _experts_spared(spec, setup)) or s.kernels.compiled:
         # Frozen base: HF norms keep no weight-grad inputs there (already excluded above). A
         # compiled layer gets the SwiGLU saving too: Inductor's min-cut partitioner recomputes

@@ -364,10 +364,9 @@ def _grads_after_layer_peak(spec: ModelSpec, s: Setup, grads: float, kept: float
     run on the H200 holds, at its peak, no layer's grad beside the head's (heldout-moe-families,
     fit row). Elsewhere 0: DeepSpeed and DDP allocate their gradient buffers whole, a
     checkpointed backward keeps little while every grad accumulates, and with gradient
-    accumulation the second micro-batch's backward starts beside every grad of the first."""
-    one_process = not s.deepspeed and s.world_size == 1
-    one_pass = s.run.loop.grad_accum == 1  # accumulating, the next backward meets every grad
-    if not (one_process and one_pass) or s.kernels.grad_ckpt or s.run.model.method != "full":
+    accumulation the second micro-batch's backward starts beside every grad of the first
+    (Setup.peak_before_grads)."""
+    if not s.peak_before_grads:
         return 0.0
     per_param = grads / max(1, spec.params)
     layers = spec.num_layers

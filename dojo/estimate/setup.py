@@ -60,7 +60,18 @@ class Calibration:
     = +0.93 GiB = exactly one 5e8 bucket; 5e8 -> 2e8: -1.10 GiB = 2 x 3e8 x 2 B."""
     liger_full_saved_per_token_h: float = 14.0
     """Bytes per token x hidden that Liger's kernels save per layer in full fine-tuning, beyond
-    the 2i of SwiGLU: 8 by counting saved tensors, 14 measured (H200, rows 1-5)."""
+    the 2i of SwiGLU, under DeepSpeed: 8 by counting saved tensors, 14 measured (H200,
+    calibration rows 1-5, ZeRO-0 to 3 without checkpointing). The estimate puts that backward's
+    peak at the first layer with every kept tensor live; the measured peaks are 6 B x token x
+    hidden a layer lower, which this constant absorbs (where in the backward they really fall
+    is not modelled)."""
+    liger_full_saved_per_token_h_bare: float = 8.0
+    """The same where the backward peaks at its start (Setup.peak_before_grads: one process
+    without DeepSpeed): counted, not fitted. The allocator's history at the peak of the fit row
+    of bench/rows.py heldout-nods-backward-peak (Llama-3.2-3B) holds per layer and token
+    exactly Liger's kept tensors: gate, up and their product (6 i), six hidden-sized ones
+    (12 h: q, the attention output, o_proj's and the norms' inputs) and k, v (4 kv), that is
+    16 h + 4 q + 8 i less 8 h + 2 i; its three held rows judge it."""
     recompute_factor: float = 2.0
     """Backward of a checkpointed layer holds this many A_layer (1.9 measured on the CPU;
     docs/estimate.md, "Gradient checkpointing")."""
@@ -259,6 +270,21 @@ class Setup:
         """HF Trainer runs the forward under torch.autocast(bf16) only without DeepSpeed
         (accelerate leaves mixed precision to the DeepSpeed engine)."""
         return not self.deepspeed
+
+    @property
+    def peak_before_grads(self) -> bool:
+        """Full fine-tuning in one process without DeepSpeed, checkpointing or gradient
+        accumulation: torch makes each gradient as the backward reaches its parameter (the
+        Trainer's zero_grad leaves them None; one process has no DDP buckets), so the backward
+        can peak at its start, with every tensor the layers kept and almost no gradient
+        (dojo.estimate.model._grads_after_layer_peak)."""
+        return (
+            not self.deepspeed
+            and self.world_size == 1
+            and self.run.loop.grad_accum == 1
+            and not self.kernels.grad_ckpt
+            and self.run.model.method == "full"
+        )
 
     @property
     def fp32_rest(self) -> bool:
