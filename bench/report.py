@@ -52,7 +52,9 @@ with pinned (its DeepSpeed zero_optimization and attention kernel). A held-out c
 rows committed before they ran: bench/rows.py gives each set's commit. A row today's dojo
 refuses (e.g. SDPA for Gemma-2, which older transformers ran by dropping the soft-cap) has no
 "now" estimate; nor does an ORPO or SimPO row run before dojo scored them through TRL's fused LM
-head ("whole logits": that run made the batch's whole logits, which dojo's runs no longer do).
+head ("whole logits": that run made the batch's whole logits, which dojo's runs no longer do), or a
+QLoRA row without DeepSpeed run while sdpa_varlen sent its fp32 query through a per-sample loop
+("per-sample attention": today's run takes FlashAttention).
 Right: an OOM run estimated "does not fit", a finished one "fits" or "tight"."""
 
 
@@ -100,7 +102,9 @@ def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
         if "refused" in m:
             now = {"error": m["refused"]}
         elif whole_logits_run(row, m.get("ran") or {}):
-            now = {"error": WHOLE_LOGITS, "superseded": True}
+            now = {"error": WHOLE_LOGITS, "superseded": "whole logits"}
+        elif per_sample_attention_run(row, m, doc["calls"][m.get("call", 0)].get("commit")):
+            now = {"error": PER_SAMPLE, "superseded": "per-sample attention"}
         else:
             now = estimate_row(row, work, H200_GIB, HOST_GIB, m.get("ran") or {})
         # a row that failed (OOM, host RAM, refused, a crash) has no peak to judge an estimate by
@@ -133,6 +137,29 @@ def whole_logits_run(row: Row, ran: dict[str, Any]) -> bool:
     return row.objective in ("orpo", "simpo") and ran.get("lm_head") != "chunked"
 
 
+PER_SAMPLE = (
+    "ran sdpa_varlen's per-sample loop on an fp32 query; dojo now runs it in the autocast "
+    "dtype through FlashAttention, so today's estimate is of another run"
+)
+PER_SAMPLE_COMMITS = frozenset({"929810f", "cb6c249"})
+"""The calls that ran QLoRA without DeepSpeed under sdpa_varlen before 446609a. There the
+residual stream is fp32 (PEFT's k-bit preparation) and so is the query, which sdpa_varlen's
+FlashAttention path did not take: each sample went through SDPA alone (the allocator's history
+of heldout-moe-families' Qwen2.5-1.5B row). From 446609a on the query runs in the autocast
+dtype, as SDPA casts it (the GPU test test_varlen_cuda_fp32_under_autocast_takes_flash)."""
+
+
+def per_sample_attention_run(row: Row, m: dict[str, Any], commit: str | None) -> bool:
+    """A QLoRA row without DeepSpeed on sdpa_varlen from a call that ran the per-sample loop."""
+    attn = (m.get("ran") or {}).get("attn") or (m.get("estimate") or {}).get("resolved", {}).get(
+        "attn"
+    )
+    return (
+        row.method == "qlora" and row.stage < 0 and attn == "sdpa_varlen"
+        and commit in PER_SAMPLE_COMMITS
+    )  # fmt: skip
+
+
 def _within(rows: list[dict[str, Any]], key: str) -> tuple[int, int, float]:
     errs = [float(r[key].rstrip("%")) for r in rows if r["ran"] and r[key]]
     return sum(abs(e) <= 10 for e in errs), len(errs), max((abs(e) for e in errs), default=0.0)
@@ -158,14 +185,15 @@ def memory() -> list[str]:
             a_in, a_n, worst = _within(rows, "err_now")
             judged = [r for r in rows if r["right_now"] is not None]
             right = sum(bool(r["right_now"]) for r in judged)
-            superseded = sum("superseded" in r["now"] for r in rows)
+            kinds = [r["now"]["superseded"] for r in rows if "superseded" in r["now"]]
+            superseded = len(kinds)
             refused = sum("error" in r["now"] for r in rows) - superseded
             failed = len(rows) - len(judged) - refused - superseded
             summary.append(
                 f"| {name} | {len(rows)} of {len(mset.rows)} | {len(held)} | {h_in}/{h_n} "
                 f"| {a_in}/{a_n} | {worst:.1f}% | {right}/{len(judged)}"
                 + (f" ({refused} refused)" if refused else "")
-                + (f" ({superseded} whole logits)" if superseded else "")
+                + "".join(f" ({kinds.count(k)} {k})" for k in sorted(set(kinds)))
                 + (f" ({failed} failed)" if failed else "")
                 + f" | {mset.committed} |"
             )
@@ -205,7 +233,7 @@ def memory_set_table(
             shown = num(r["device"])
         then = m.get("estimate") or {}
         if "superseded" in now:
-            est = "whole logits: not today's run | | | | |"
+            est = f"{now['superseded']}: not today's run | | | | |"
         elif "error" in now:
             est = "refused by dojo | | | | |"
         else:

@@ -102,3 +102,23 @@ def test_orpo_and_simpo_rows_of_whole_logits_get_no_estimate_now(report: object)
     assert not whole(orpo, {"lm_head": "chunked"}) and not whole(dpo, {})
     assert not whole(Row("held", "dojo", "l1b", 2), {})
     assert dpo.objective == "dpo" and Row("held", "dojo", "l1b", 2).objective == "sft"
+
+
+def test_qlora_rows_without_deepspeed_from_the_per_sample_attention_calls_get_no_estimate_now(
+    report: object,
+) -> None:
+    """QLoRA without DeepSpeed on sdpa_varlen, measured at a commit whose sdpa_varlen sent the
+    fp32 query through its per-sample loop: today's estimate describes the FlashAttention run, so
+    it is not set beside them. Other methods, stages, kernels and later calls are judged."""
+    from rows import Row
+
+    run = report.per_sample_attention_run  # type: ignore[attr-defined]
+    old = next(iter(report.PER_SAMPLE_COMMITS))  # type: ignore[attr-defined]
+    qlora = Row("held", "dojo", "tl1b", -1, "qlora", grad_ckpt=True)
+    varlen = {"ran": {"attn": "sdpa_varlen"}}
+    assert run(qlora, varlen, old)
+    assert run(qlora, {"estimate": {"resolved": {"attn": "sdpa_varlen"}}}, old)
+    assert not run(qlora, varlen, "af74871")  # after the fix
+    assert not run(qlora, {"ran": {"attn": "sdpa"}}, old)
+    assert not run(Row("held", "dojo", "tl1b", 2, "qlora"), varlen, old)  # DeepSpeed: bf16
+    assert not run(Row("held", "dojo", "tl1b", -1, "lora"), varlen, old)
