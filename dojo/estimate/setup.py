@@ -61,17 +61,17 @@ class Calibration:
     liger_full_saved_per_token_h: float = 14.0
     """Bytes per token x hidden that Liger's kernels save per layer in full fine-tuning, beyond
     the 2i of SwiGLU, under DeepSpeed: 8 by counting saved tensors, 14 measured (H200,
-    calibration rows 1-5, ZeRO-0 to 3 without checkpointing). The estimate puts that backward's
+    Llama-3.2-1B calibration rows without checkpointing). The estimate puts that backward's
     peak at the first layer with every kept tensor live; the measured peaks are 6 B x token x
     hidden a layer lower, which this constant absorbs (where in the backward they really fall
     is not modelled)."""
     liger_full_saved_per_token_h_bare: float = 8.0
     """The same where the backward peaks at its start (Setup.peak_before_grads: one process
     without DeepSpeed): counted, not fitted. The allocator's history at the peak of the fit row
-    of bench/rows.py heldout-nods-backward-peak (Llama-3.2-3B) holds per layer and token
-    exactly Liger's kept tensors: gate, up and their product (6 i), six hidden-sized ones
-    (12 h: q, the attention output, o_proj's and the norms' inputs) and k, v (4 kv), that is
-    16 h + 4 q + 8 i less 8 h + 2 i; its three held rows judge it."""
+    of bench/rows.py heldout-nods-backward-peak (Llama-3.2-3B, q = h) holds per layer and
+    token exactly what that count keeps: gate, up and their product (6 i), six bf16 tensors of
+    hidden size (12 h) and k, v (4 kv), i.e. 16 h + 4 q + 4 kv + 8 i less 8 h + 2 i; its three
+    held rows judge it."""
     recompute_factor: float = 2.0
     """Backward of a checkpointed layer holds this many A_layer (1.9 measured on the CPU;
     docs/estimate.md, "Gradient checkpointing")."""
