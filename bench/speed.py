@@ -2,7 +2,7 @@
 
     python bench/speed.py --set peer --dry-run                       # CPU: the plan and its cost
     python3 bench/speed.py --set peer --out FILE [--only ROW ...]    # GPU (bash bench/gpu.sh speed)
-    python bench/speed.py --calibrate     # CPU: the recorded runs' wall times against the cost model
+    python bench/speed.py --calibrate     # CPU: recorded runs' wall times against the cost model
 
 Systems: "plain" (bench/baseline_trainer.py: HF Trainer + DeepSpeed, no packing), "trl" and
 "trl-ds" (bench/trl_sft.py: TRL's SFTTrainer with its speed settings, without and with the plain
@@ -57,8 +57,8 @@ PEAK_BF16 = 989e12
 LOG_STEPS = 10
 """Every system logs (and so sums its token count) every 10 steps: bench/steps.py's windows."""
 
-# Cost model of one run on the H200, seconds (the plan and the limit's drop rule use it): a start-up,
-# the steps, and what a run adds to them. The l1b terms are fitted on the wall time of every run
+# Cost model of one run on the H200, seconds (the plan and the limit's drop rule use it): a
+# start-up, the steps, and what a run adds to them. The l1b terms are fitted on the wall time of every run
 # that bench/results/speed-*.json records (`python bench/speed.py --calibrate` lists them against
 # their estimates), so that about 9 runs in 10 end within their estimate, not every one: a row's
 # runs sum their errors, and the GPU call's limit keeps 40 s spare (bench/gpu.sh). Those runs are
@@ -423,6 +423,9 @@ to TRL's scripts too."""
 TRL_SCRIPTS = {"trl-dpo": "trl.scripts.dpo", "trl-kto": "trl.scripts.kto"}
 """Systems that run TRL's own scripts, by module (the KTO script unpairs paired rows itself:
 KTOTrainer's unpair_preference_dataset)."""
+ON_DOJO_JSON = {*TRL_SCRIPTS, "trl-pref"}
+"""TRL's preference systems, which run with the DeepSpeed JSON dojo train writes for the row
+(write_dojo_ds_configs), as a TRL user passes one."""
 
 
 def trl_script_args(case: Case, model: Path, data: Path, out: Path, steps: int,
@@ -432,9 +435,9 @@ def trl_script_args(case: Case, model: Path, data: Path, out: Path, steps: int,
     (its tokenizer and ChatML template), the data (a folder holding train.jsonl, which `datasets`
     loads as json), the batch, max length, learning rate, scheduler, optimizer, bf16, SDPA, TRL's
     beta and loss (sigmoid for DPO, kto for KTO: dojo's defaults are TRL's), checkpointing as
-    the row says (the configs' default is on), dojo's LoRA (r 16, alpha 32, dropout 0.05, all linear layers; the trainer turns
-    dropout off, as dojo's does), dojo's two dataloader workers, and the DeepSpeed JSON dojo
-    train writes for the row."""
+    the row says (the configs' default is on), dojo's LoRA (r 16, alpha 32, dropout 0.05, all
+    linear layers; the trainer turns dropout off, as dojo's does), dojo's two dataloader
+    workers, and the DeepSpeed JSON dojo train writes for the row."""
     args = [
         "--model_name_or_path", str(model), "--dataset_name", str(trl_data_dir(data)),
         "--output_dir", str(out), "--per_device_train_batch_size", str(case.micro_batch),
@@ -478,7 +481,7 @@ def write_dojo_ds_configs(cases: list[Case], models: dict[str, Path], data: dict
     run files it writes hold the DeepSpeed JSON dojo's own run uses (HF's values left "auto"),
     given to TRL's script as a TRL user passes one (--deepspeed)."""
     for c in cases:
-        if not {*TRL_SCRIPTS, "trl-pref"} & set(c.systems):
+        if not ON_DOJO_JSON & set(c.systems):
             continue
         run_dir = work / f"dry-{dojo_ds_config(c, work).stem}"
         argv = ["train", "--gpus", "0", "--model", str(models[c.shape]), "--data",
