@@ -758,6 +758,25 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "l1b", -1, micro_batch=2, liger=False, alloc=EXP),
         ),
     ),
+    "heldout-ds-backward-peak": MemorySet(
+        about="Full fine-tuning with Liger and no checkpointing under DeepSpeed ZeRO-1/2, where "
+        "the estimate counts every gradient from the first layer's backward and a measured 14h "
+        "per token and layer of saved tensors, against the 8h Liger keeps by count (the "
+        "allocator history of heldout-nods-backward-peak's fit row). ZeRO-1/2 make their "
+        "gradient partition at the first bucket's reduction, and torch makes each param.grad "
+        "as its layer's backward reaches it: the 14h may stand in for gradients counted too "
+        "early. Two Llama-3.2-3B fit rows, to be run with DOJO_BENCH_MEMSNAP for the history "
+        "at their peaks; held beside them, the same class on Qwen3-1.7B (ZeRO-2) and "
+        "TinyLlama-1.1B (ZeRO-1). Committed before the set runs.",
+        committed="this commit, before the set ran",
+        was="bench/rows.py",
+        rows=(
+            Row(F, D, "l3b", 1, micro_batch=2, alloc=EXP),
+            Row(F, D, "l3b", 2, micro_batch=2, alloc=EXP),
+            Row(H, D, "q3", 2, micro_batch=2, alloc=EXP),
+            Row(H, D, "tl1b", 1, micro_batch=4, alloc=EXP),
+        ),
+    ),
 }
 # fmt: on
 
