@@ -768,7 +768,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "early. Two Llama-3.2-3B fit rows, to be run with DOJO_BENCH_MEMSNAP for the history "
         "at their peaks; held beside them, the same class on Qwen3-1.7B (ZeRO-2) and "
         "TinyLlama-1.1B (ZeRO-1). Committed before the set runs.",
-        committed="this commit, before the set ran",
+        committed="707a88f, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(F, D, "l3b", 1, micro_batch=2, alloc=EXP),
