@@ -189,8 +189,10 @@ def memory() -> list[str]:
             superseded = len(kinds)
             refused = sum("error" in r["now"] for r in rows) - superseded
             failed = len(rows) - len(judged) - refused - superseded
+            measured = len({r["m"]["row"] for r in rows})  # a row run again counts once
+            runs = f" ({len(rows)} runs)" if len(rows) > measured else ""
             summary.append(
-                f"| {name} | {len(rows)} of {len(mset.rows)} | {len(held)} | {h_in}/{h_n} "
+                f"| {name} | {measured} of {len(mset.rows)}{runs} | {len(held)} | {h_in}/{h_n} "
                 f"| {a_in}/{a_n} | {worst:.1f}% | {right}/{len(judged)}"
                 + (f" ({refused} refused)" if refused else "")
                 + "".join(f" ({kinds.count(k)} {k})" for k in sorted(set(kinds)))

@@ -40,6 +40,7 @@ FROZEN = {
     "heldout-pref-loss-kbit": "00f8fe997f6cc240",
     "heldout-kbit-load": "e6b963e422574d44",
     "heldout-nods-backward-peak": "8d5e5758061ea59f",
+    "heldout-ds-backward-peak": "59c72ec6c5789f9f",
 }
 """Each set that has run: a fingerprint of its rows and their fit/held split. A held-out claim
 rests on the rows committed before they ran, so these never change; a new set gets its line

@@ -462,8 +462,9 @@ def test_zero_1_2_keep_the_first_steps_fp64_norm_copy_reserved() -> None:
 def test_zero_1_2_step_lands_in_the_backwards_pages_only_where_a_run_is_large_enough() -> None:
     """An H200 allocator history (Qwen3-1.7B full ZeRO-2 2 x 2048, no checkpointing): the
     forward's kept activations (one contiguous run once freed) were smaller than the step's
-    fp32 upcast (4 B x params), so all the freed pages stayed beside the step's blocks. Twice
-    the batch and the upcast lands in them: only the norm copy's hole stays."""
+    fp32 upcast (4 B x params), so all the freed pages stayed beside the step's blocks, and
+    (Llama-3.2-3B's history) a second upcast's worth beside them. Twice the batch and the
+    upcast lands in them: only the norm copy's hole stays."""
     l1 = resolve_model("llama-3.2-1b")
     kw = {"stage": 2, "seq_len": 2048, "liger": "on", "packing": True}
     norm_copy = 8 * l1.embedding_params
@@ -472,9 +473,13 @@ def test_zero_1_2_step_lands_in_the_backwards_pages_only_where_a_run_is_large_en
     assert kept < 4 * l1.params
     est = estimate(l1, small)
     assert est.peak_phase == "step"
-    # the norm copy fits in the freed run, so it adds nothing of its own
+    # the norm copy fits in the freed run, so it adds nothing of its own; without
+    # checkpointing the next step can map a second upcast: 2 B x params more
     assert norm_copy <= kept
-    assert est.fragmentation == _freed_by_backward(l1, small)
+    assert est.fragmentation == _freed_by_backward(l1, small) + 2 * l1.params
+    ckpt = Setup.of(micro_batch=2, expandable_segments="on", grad_ckpt=True, **kw)
+    assert activation_phases(l1, ckpt)[0] < norm_copy  # the norm copy's own hole, no upcast
+    assert estimate(l1, ckpt).fragmentation == _freed_by_backward(l1, ckpt) + norm_copy
     big = Setup.of(micro_batch=4, expandable_segments="on", **kw)
     assert activation_phases(l1, big)[0] >= 4 * l1.params
     assert estimate(l1, big).fragmentation == norm_copy
