@@ -777,6 +777,27 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "tl1b", 1, micro_batch=4, alloc=EXP),
         ),
     ),
+    "heldout-second-upcast": MemorySet(
+        about="Held rows for the second fp32 upcast read from heldout-ds-backward-peak's "
+        "Llama-3.2-3B allocator histories (ZeRO-1/2 full fine-tuning without checkpointing under "
+        "expandable segments: the next backward's bf16 gradient partition can take the last "
+        "upcast's freed pages, and the step maps its upcast anew; the estimate charges 2 B x "
+        "partition more): shapes and batches that rule was not read from (TinyLlama-1.1B's 32k "
+        "vocabulary, Qwen2.5-3B, Gemma-2-2B without Liger, Llama-3.2-1B at 1 x 4096, "
+        "Qwen2.5-0.5B at 4 x 2048), and two checkpointed rows, where the estimate charges no "
+        "second upcast (Qwen2.5-3B and Llama-3.2-1B). Committed before the set runs.",
+        committed="this commit, before the set ran",
+        was="bench/rows.py",
+        rows=(
+            Row(H, D, "tl1b", 2, micro_batch=2, alloc=EXP),
+            Row(H, D, "q3b", 2, micro_batch=2, alloc=EXP),
+            Row(H, D, "g2b", 2, micro_batch=1, liger=False, alloc=EXP),
+            Row(H, D, "l1b", 1, micro_batch=1, seq_len=4096, alloc=EXP),
+            Row(H, D, "q05", 2, micro_batch=4, alloc=EXP),
+            Row(H, D, "q3b", 2, micro_batch=4, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "l1b", 2, micro_batch=8, grad_ckpt=True, alloc=EXP),
+        ),
+    ),
 }
 # fmt: on
 
