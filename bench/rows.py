@@ -786,7 +786,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "vocabulary, Qwen2.5-3B, Gemma-2-2B without Liger, Llama-3.2-1B at 1 x 4096, "
         "Qwen2.5-0.5B at 4 x 2048), and two checkpointed rows, where the estimate charges no "
         "second upcast (Qwen2.5-3B and Llama-3.2-1B). Committed before the set runs.",
-        committed="this commit, before the set ran",
+        committed="5aa0cbe, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(H, D, "tl1b", 2, micro_batch=2, alloc=EXP),
