@@ -38,8 +38,11 @@ command to measure the same rows today is given beside.
 
 SPEED_PROSE = """Real (non-padding) tokens per second per GPU after step 1, the median of each system's
 recorded runs; "vs plain" divides by the plain script's median of the same row in the same GPU
-call, never across calls. Windows: tokens/s over steps 2-10, 11-20 and 21-30 (medians): a later
-window slower than the first means the run recompiled. MFU: tokens/s x (6N + 12·L·h·T) / 989
+call, never across calls. Windows: tokens/s over steps 2-10, 11-20 and 21-30 (medians): a window
+steadily slower than the one before means the run recompiles; one slow step is a kernel's first
+call on a new shape (on the mix, dojo's first micro-batch of four whole 2,048-token samples, step
+23 in its data order, takes the dense attention kernel for the first time: 100-200 ms more than
+the steps beside it, in every run). MFU: tokens/s x (6N + 12·L·h·T) / 989
 TFLOP/s, T the token-weighted mean sample length. Peaks after step 1: torch's max allocated,
 nvidia-smi's for the GPU. Loss: each system's own logged loss at its last logging step (TRL
 averages over assistant tokens of a padding-free batch; the others as the HF Trainer does)."""
