@@ -798,6 +798,26 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "l1b", 2, micro_batch=8, grad_ckpt=True, alloc=EXP),
         ),
     ),
+    "heldout-logits-reserve": MemorySet(
+        about="What the allocator keeps of the loss's fp32 logits blocks without Liger under "
+        "expandable segments, on large vocabularies with LoRA and checkpointing: the estimate "
+        "charges 0.6 of one block (0.54-0.73 on eight H200 runs), where Gemma-3 at 8k tokens "
+        "(heldout-moe-offload-long, -7.1% on nvidia-smi, allocated +1.6%) held about 0.97 and a "
+        "Gemma-2 run 1.03. Fit rows, to be run with DOJO_BENCH_MEMSNAP for the allocator's "
+        "history: Gemma-3 (262k) at 4k and 16k tokens and Qwen3-1.7B (152k) at 8k. Held beside "
+        "them: Gemma-2-2B (256k, eager attention) at 8k, Llama-3.2-1B (128k) at 16k and "
+        "Qwen2.5-1.5B (152k) at 2 x 8k. Committed before the set runs.",
+        committed="this commit, before the set ran",
+        was="bench/rows.py",
+        rows=(
+            Row(F, D, "g3", 2, "lora", micro_batch=1, seq_len=4096, grad_ckpt=True, liger=False, alloc=EXP),
+            Row(F, D, "g3", 2, "lora", micro_batch=1, seq_len=16384, grad_ckpt=True, liger=False, alloc=EXP),
+            Row(F, D, "q3", 2, "lora", micro_batch=1, seq_len=8192, grad_ckpt=True, liger=False, alloc=EXP),
+            Row(H, D, "g2b", 2, "lora", micro_batch=1, seq_len=8192, grad_ckpt=True, liger=False, alloc=EXP),
+            Row(H, D, "l1b", 2, "lora", micro_batch=1, seq_len=16384, grad_ckpt=True, liger=False, alloc=EXP),
+            Row(H, D, "q15", 2, "lora", micro_batch=2, seq_len=8192, grad_ckpt=True, liger=False, alloc=EXP),
+        ),
+    ),
 }
 # fmt: on
 
