@@ -807,7 +807,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "history: Gemma-3 (262k) at 4k and 16k tokens and Qwen3-1.7B (152k) at 8k. Held beside "
         "them: Gemma-2-2B (256k, eager attention) at 8k, Llama-3.2-1B (128k) at 16k and "
         "Qwen2.5-1.5B (152k) at 2 x 8k. Committed before the set runs.",
-        committed="this commit, before the set ran",
+        committed="a7e36c4, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(F, D, "g3", 2, "lora", micro_batch=1, seq_len=4096, grad_ckpt=True, liger=False, alloc=EXP),
