@@ -76,30 +76,30 @@ def step_pages_hole(
       Qwen3-1.7B full ZeRO-2 2 x 2048 without checkpointing, 6.1 GiB of kept activations
       against a 6.4 GiB upcast: holes of 9.6, 6.4 and 6.3 GiB at the end); the fp64 norm copy
       lands in them when it fits (``_norm_hole`` otherwise).
-    - Without checkpointing, the next step can leave one more upcast mapped: the bf16
-      gradient partition (2 B x partition, made at the backward's first bucket reduction) takes
-      the last upcast's freed pages where what the forward left of the activations' run is
-      just short of it, and the upcast is mapped anew; the hole that leaves beyond the allocated
-      peak is 2 B x partition. Whether the partition fits the run's rest is a matter of a few
-      MiB: the same Qwen3-1.7B setting measured 7.0 and 11.1 GiB reserved beyond its peak in two
-      calls, so the estimate charges the larger case (allocator history on the H200,
-      Llama-3.2-3B full ZeRO-1 and ZeRO-2 2 x 2048: holes of 19.6, 12.0 and 7.9 GiB at the
-      end, two upcasts' worth). With checkpointing the forward keeps only the layer inputs,
-      the flat gradient gets pages of its own the first step, and the partition lands in
-      them: no row measured the second upcast there.
     - Runs as large as the upcast take the step's blocks: only the norm copy's hole stays.
+    - Without checkpointing, in both cases, one bf16 partition's pages (2 B x partition) more
+      stay reserved beyond the allocated peak. Where the upcast does not fit the freed run, the
+      next backward's bf16 gradient partition (made at its first bucket reduction) takes the
+      last upcast's freed pages when what the forward left of the activations' run is just
+      short of it, and the step maps its upcast anew (allocator history on the H200,
+      Llama-3.2-3B full ZeRO-1 and ZeRO-2 2 x 2048: holes of 19.6, 12.0 and 7.9 GiB at the
+      end, two upcasts' worth). Where it fits, TinyLlama's ZeRO-1 4 x 2048 history ends with a
+      hole of exactly 2 B x its partition beside the backward's peak. Whether a partition
+      fits what is left is a matter of MiB (one Qwen3-1.7B setting held 7.0 GiB beyond its
+      peak in one call and 11.1 in another), so the estimate charges the larger case. With
+      checkpointing the forward keeps only the layer inputs and the flat gradient gets pages of
+      its own the first step, where the partition lands: no checkpointed row held it.
 
-    The holes are beside the step, not the backward: only what the step phase then holds above
-    the backward's allocated peak shows in the device total."""
+    In the first case the holes are beside the step, not the backward: only what the step phase
+    then holds above the backward's allocated peak shows in the device total."""
     if s.zero.stage not in (1, 2) or not s.deepspeed or s.zero.offload != "none":
         return 0.0  # the norm is taken on the host's copy (offload); ZeRO-0/3 have no such step
     partition = -(-p_t // s.world_size)
     norm_copy = FP64 * min(largest_t, partition)
+    second = 0.0 if s.kernels.grad_ckpt else BF16 * partition  # see the docstring
     if largest_freed >= FP32 * partition:
-        return _norm_hole(norm_copy, partition)
-    held = churn + (0.0 if norm_copy <= largest_freed else _norm_hole(norm_copy, partition))
-    if not s.kernels.grad_ckpt:
-        held += BF16 * partition  # the second upcast's pages: see the docstring
+        return _norm_hole(norm_copy, partition) + second
+    held = churn + second + (0.0 if norm_copy <= largest_freed else _norm_hole(norm_copy, partition))
     return max(0.0, step + held - max(backward_extra, step))
 
 
