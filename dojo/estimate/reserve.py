@@ -99,10 +99,8 @@ def step_pages_hole(
     second = 0.0 if s.kernels.grad_ckpt else BF16 * partition  # see the docstring
     if largest_freed >= FP32 * partition:
         return _norm_hole(norm_copy, partition) + second
-    held = (
-        churn + second + (0.0 if norm_copy <= largest_freed else _norm_hole(norm_copy, partition))
-    )
-    return max(0.0, step + held - max(backward_extra, step))
+    norm = 0.0 if norm_copy <= largest_freed else _norm_hole(norm_copy, partition)
+    return max(0.0, step + churn + second + norm - max(backward_extra, step))
 
 
 def _norm_hole(norm_copy: int, partition: int) -> float:
