@@ -725,7 +725,7 @@ def test_quantized_checkpoints_refused_where_not_described(l7) -> None:
         with pytest.raises(EstimateError) as exc:
             estimate(gptq, Setup.of(method=method))
         assert exc.value.message == (
-            "q7: config.json has a gptq 4-bit quantization_config; the estimate models bf16 "
+            "--model q7: config.json has a gptq 4-bit quantization_config; the estimate models bf16 "
             "weights (NF4 for --method qlora), not gptq 4-bit ones"
         )
     bnb4 = _quantized(quant_method="bitsandbytes", load_in_4bit=True)

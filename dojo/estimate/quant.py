@@ -86,7 +86,7 @@ def quantized_notes(spec: ModelSpec, s: Setup) -> list[str]:
     if q == BNB_4BIT and method == "qlora":
         if s.zero.stage == 3:
             raise EstimateError(
-                f"{spec.name}: a checkpoint already bitsandbytes 4-bit is not estimated "
+                f"--model {spec.name}: a checkpoint already bitsandbytes 4-bit is not estimated "
                 "at --zero 3: ZeRO-3 shards 4-bit weights stored as bf16, which dojo sets up only "
                 "when it quantizes the model itself",
                 hint="use --zero 2 (or 0, none), or the unquantized model with --method qlora",
@@ -101,7 +101,7 @@ def quantized_notes(spec: ModelSpec, s: Setup) -> list[str]:
         "like 8b); --method qlora quantizes that one with bitsandbytes"
     )
     raise EstimateError(
-        f"{spec.name}: config.json has a {q} quantization_config; the estimate models "
+        f"--model {spec.name}: config.json has a {q} quantization_config; the estimate models "
         f"bf16 weights (NF4 for --method qlora), not {q} ones",
         hint=hint,
     )

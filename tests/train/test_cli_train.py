@@ -403,11 +403,11 @@ def test_dry_run_without_deepspeed(cli, model_dir: Path, tmp_path: Path, no_laun
          "error: --method full on model: its weights are bitsandbytes 4-bit",
          "hint: use --method qlora (adapters on the 4-bit base)"),
         ({"quant_method": "awq", "bits": 4}, "lora",
-         "error: model: config.json has a awq 4-bit quantization_config; the estimate models bf16 "
+         "error: --model model: config.json has a awq 4-bit quantization_config; the estimate models bf16 "
          "weights (NF4 for --method qlora), not awq 4-bit ones",
          "hint: use the unquantized model it was made from"),
         ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "lora",
-         "error: model: config.json has a bitsandbytes 4-bit quantization_config",
+         "error: --model model: config.json has a bitsandbytes 4-bit quantization_config",
          "hint: use --method qlora: a bitsandbytes 4-bit checkpoint trains as QLoRA"),
     ],
 )  # fmt: skip
