@@ -313,11 +313,13 @@ def resolve_model(
             f"--revision {clip(revision)} applies to a Hub id (org/name); --model {clip(ref)} is not one",
             hint="drop --revision, or give the model as a Hub id",
         )
-    if key in SIZE_ALIASES:
-        return from_hf_config(ARCHITECTURES[SIZE_ALIASES[key]], SIZE_ALIASES[key])
-    if key in ARCHITECTURES:
-        return from_hf_config(ARCHITECTURES[key], key)
     path = Path(ref).expanduser()
+    # A model folder (or config.json) on disk wins over a built-in name it shares, as it does in
+    # from_pretrained, which is what dojo train loads: ./Llama-3.2-1B is that folder.
+    named = key in SIZE_ALIASES or key in ARCHITECTURES
+    if named and not _is_model_on_disk(path):
+        arch = SIZE_ALIASES.get(key, key)
+        return from_hf_config(ARCHITECTURES[arch], arch)
     if _present(path, ref):
         return _from_path(path, ref)
     if _looks_like_path(ref):
@@ -376,6 +378,14 @@ def _present(path: Path, ref: str) -> bool:
             f"--model {clip(ref)}: not a usable path ({e.strerror})",
             hint="give a config.json, a model folder that contains one, or a name like 7b",
         ) from None
+
+
+def _is_model_on_disk(path: Path) -> bool:
+    """A config.json file, or a folder holding one (not any folder that shares a built-in name)."""
+    try:
+        return path.is_file() or (path / "config.json").is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _looks_like_path(ref: str) -> bool:

@@ -74,6 +74,20 @@ def test_local_config_json_and_folder(tmp_path) -> None:
     assert resolve_model(str(tmp_path / "config.json")).params == 1_235_814_400
 
 
+def test_folder_named_like_a_builtin_is_the_folder(tmp_path, monkeypatch) -> None:
+    """from_pretrained("Llama-3.2-1B") loads a folder of that name, so the estimate reads it too;
+    a folder of that name without config.json (an output folder) leaves the built-in shape."""
+    small = dict(ARCHITECTURES["qwen2.5-0.5b"])
+    (tmp_path / "Llama-3.2-1B").mkdir()
+    (tmp_path / "7b").mkdir()
+    (tmp_path / "Llama-3.2-1B" / "config.json").write_text(json.dumps(small))
+    monkeypatch.chdir(tmp_path)
+    for ref in ("Llama-3.2-1B", "./Llama-3.2-1B", str(tmp_path / "Llama-3.2-1B")):
+        assert resolve_model(ref).params == 494_032_768, ref
+    assert resolve_model("llama-3.2-1b").params == 1_235_814_400  # not that folder's name
+    assert resolve_model("7b").params == 6_738_415_616
+
+
 def test_text_config_nesting(tmp_path) -> None:
     inner = dict(ARCHITECTURES["qwen2.5-1.5b"].items())
     outer = {"model_type": "llava", "architectures": ["X"], "text_config": inner}

@@ -206,7 +206,9 @@ def resolve_model(
                 f"--model {model}: is a file; dojo train needs the model folder",
                 hint="point --model at the folder holding config.json (and the weights)",
             )
-        return "local", _resolve(str(path))
+        # As a path: a folder named like a built-in (Llama-3.2-1B) is that folder, as the worker
+        # loads it, never the built-in shape of the same name.
+        return "local", _resolve(model if model.startswith((".", "/", "~")) else f"./{model}")
     if model.startswith((".", "/", "~")) or model.endswith("/") or model.count("/") != 1:
         raise LaunchError(
             f"--model {model}: no such folder",

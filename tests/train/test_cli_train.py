@@ -116,6 +116,23 @@ def test_folder_without_weights_needs_init_random(cli, model_dir: Path, tmp_path
         assert cli(*base, "-o", str(tmp_path / "c")).exit_code == 0
 
 
+def test_folder_named_like_a_builtin_is_estimated_from_its_config(
+    cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """./Llama-3.2-1B is the folder the worker loads: its estimate and buckets are the folder's
+    (a 1B's would be about 30 GiB and 5e8 buckets), as in dojo estimate and dojo config."""
+    model_dir.rename(tmp_path / "Llama-3.2-1B")
+    monkeypatch.chdir(tmp_path)
+    for i, ref in enumerate(("./Llama-3.2-1B", "Llama-3.2-1B")):
+        with _gpus(H200):
+            r = cli("train", "--model", ref, "--data", "org/chats", "--gpus", "0",
+                    "-o", str(tmp_path / f"o{i}"), "--dry-run")  # fmt: skip
+        assert r.exit_code == 0, r.stderr
+        run, ds = _dry(tmp_path / f"o{i}")
+        assert run["estimate"]["device_gib"] < 5, ref
+        assert ds["zero_optimization"]["reduce_bucket_size"] < 1e6, ref
+
+
 def test_dry_run_cpu_processes(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
     with _gpus([]):
         r = cli(
