@@ -12,7 +12,7 @@ end is ``tests/train/test_train_*.py``. Code several test modules share lives in
 
 A core install (``pip install -e '.[dev]'``, the venv ``make test-fast`` sets up) has no train
 extra. The fast suite still passes there, in under a minute on 2 cores: ``dojo train`` run through
-the ``cli`` fixture stops at its first check with the ``pip install 'dojo[train]'`` hint, and such
+the ``cli`` fixture stops at its first check with the ``pip install -e '.[train]' in dojo's clone`` hint, and such
 a test is skipped, not failed; a test that uses the training stack itself is skipped there
 (``pytest.importorskip``, or a ``skipif`` on find_spec). Whatever takes seconds (hypothesis
 fuzz, sandbox limits, runs through the launcher) is marked ``slow`` and runs with ``--runslow``
@@ -87,7 +87,7 @@ def run_cli(*args: str) -> CliResult:
 def _run_cli_or_skip(*args: str) -> CliResult:
     r = run_cli(*args)
     needs_extra = args[:1] in (("train",), ("chat",), ("export",))
-    if TRAIN_MISSING and needs_extra and "pip install 'dojo[train]'" in r.stderr:
+    if TRAIN_MISSING and needs_extra and "pip install -e '.[train]' in dojo's clone" in r.stderr:
         pytest.skip(f"dojo train needs the train extra: {', '.join(TRAIN_MISSING)} not installed")
     return r
 

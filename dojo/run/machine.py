@@ -21,7 +21,7 @@ class Machine:
     """Smallest GPU's memory; None = unknown (no verdict)."""
     host_memory_gib: float | None = None
     liger: bool = False
-    """liger-kernel importable (the dojo[gpu] extra)."""
+    """liger-kernel importable (dojo's gpu extra)."""
     flash_attn: bool = False
     alloc_conf: str | None = None
     """PYTORCH_CUDA_ALLOC_CONF in this environment (the training processes inherit it)."""

@@ -327,7 +327,7 @@ def _prepare_model(p: Plan, run_dir: Path) -> tuple[str, str]:
     if importlib.util.find_spec("tokenizers") is None:
         raise MissingExtraError(
             "the bundled tiny model's tokenizer is built with tokenizers, not installed",
-            hint="pip install 'dojo[train]'",
+            hint="pip install -e '.[train]' in dojo's clone",
         )
     folder = run_dir / "tiny-model"
     if not (folder / "config.json").is_file():

@@ -247,7 +247,7 @@ def require_extras(command: str, *, adapter: bool) -> None:
     if missing:
         raise MissingExtraError(
             f"dojo {command} needs {', '.join(missing)}, not installed",
-            hint="pip install 'dojo[train]'",
+            hint="pip install -e '.[train]' in dojo's clone",
         )
 
 
@@ -293,7 +293,7 @@ def check_repo_id(repo: str) -> str:
         )
     if importlib.util.find_spec("huggingface_hub") is None:
         raise MissingExtraError(
-            "--push-to-hub needs huggingface_hub", hint="pip install 'dojo[train]'"
+            "--push-to-hub needs huggingface_hub", hint="pip install -e '.[train]' in dojo's clone"
         )
     from huggingface_hub import constants, get_token
 

@@ -160,7 +160,7 @@ def check_extras(
         what = f"--method {method}" + (f" --objective {objective}" if objective != "sft" else "")
         raise MissingExtraError(
             f"dojo train {what} needs {', '.join(missing)}, not installed",
-            hint="pip install 'dojo[train]'",
+            hint="pip install -e '.[train]' in dojo's clone",
         )
     if not dry_run:
         from dojo.train.toolchain import clear_stale_build_lock, cpu_compiler_error

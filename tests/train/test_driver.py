@@ -24,7 +24,9 @@ def test_cpu_header_names_no_gpu(cli, tmp_path: Path, nproc: str, where: str) ->
     assert where in head and "GPU" not in head, head
     # ZeRO-3 on one process: the advice speaks of that process, not of a GPU.
     before_launch = r.stderr.split("run files:")[0]
-    assert "GPU" not in before_launch.replace("pip install 'dojo[gpu]'", ""), before_launch
+    assert "GPU" not in before_launch.replace("pip install -e '.[gpu]' in dojo's clone", ""), (
+        before_launch
+    )
     if nproc == "1":
         assert "ZeRO-3 on one CPU process shards nothing" in before_launch
 

@@ -157,7 +157,7 @@ def test_missing_extra_is_named(
     with pytest.raises(MissingExtraError) as e:
         preflight.check_extras(method, cpu)
     assert e.value.message == f"dojo train --method {method} needs {named}, not installed"
-    assert e.value.hint == "pip install 'dojo[train]'"
+    assert e.value.hint == "pip install -e '.[train]' in dojo's clone"
 
 
 def test_a_preference_objective_needs_trl(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -276,7 +276,7 @@ def test_without_the_train_extra(
     r = cli(command, str(fake_run(tmp_path / "run")))
     assert r.exit_code == 1
     assert f"error: dojo {command} needs torch" in r.stderr
-    assert "hint: pip install 'dojo[train]'" in r.stderr
+    assert "hint: pip install -e '.[train]' in dojo's clone" in r.stderr
 
 
 def test_version(cli: Any) -> None:

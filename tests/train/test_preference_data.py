@@ -180,7 +180,7 @@ def test_demo_preference_file_matches_generator() -> None:
 
 needs_tokenizers = pytest.mark.skipif(
     importlib.util.find_spec("tokenizers") is None,
-    reason="needs the train extra (tokenizers): pip install 'dojo[train]'",
+    reason="needs the train extra (tokenizers): pip install -e '.[train]' in dojo's clone",
 )
 
 

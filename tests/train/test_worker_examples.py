@@ -22,7 +22,7 @@ from dojo.train.worker.packing import IGNORE
 # The fast tests tokenize with `tokenizers` (in the train extra, through transformers).
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("tokenizers") is None,
-    reason="needs the train extra (tokenizers): pip install 'dojo[train]'",
+    reason="needs the train extra (tokenizers): pip install -e '.[train]' in dojo's clone",
 )
 
 CHAT = [

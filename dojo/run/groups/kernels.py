@@ -62,7 +62,7 @@ class KernelOptions:
         "auto",
         "Liger kernels incl. the fused linear cross-entropy: auto | on | off | loss (the fused "
         "loss alone: the fp32 logits never made whole)",
-        "auto = on with CUDA and liger-kernel installed (dojo[gpu]); loss under --compile on, "
+        "auto = on with CUDA and liger-kernel installed (dojo's gpu extra); loss under --compile on, "
         "whose compiled layers gave NaN losses with Liger's layer kernels",
         commands=PLAN,
     )
@@ -203,7 +203,9 @@ def resolve_kernels(
                             "with their own chunked head")  # fmt: skip
         elif not (cuda and machine.liger):
             liger = "off"
-            said.append("liger off: needs CUDA and liger-kernel (pip install 'dojo[gpu]')")
+            said.append(
+                "liger off: needs CUDA and liger-kernel (pip install -e '.[gpu]' in dojo's clone)"
+            )
         elif compiled:
             liger = "loss"
             said.append("liger loss: compile on, so Liger's fused loss alone (its layer kernels "
