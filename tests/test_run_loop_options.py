@@ -17,14 +17,18 @@ from dojo.run.schema import OPTIONS, command_options
 from tests.helpers.runs import CPU, CUDA, run_of
 
 NEW = ("eval_data", "eval_split", "eval_steps", "early_stopping", "keep_best", "warmup_ratio",
-       "lr_scheduler", "weight_decay", "max_grad_norm", "neftune_alpha", "dora", "rslora",
-       "modules_to_save", "report_to", "logging_steps")  # fmt: skip
+       "lr_scheduler", "weight_decay", "max_grad_norm", "neftune_alpha", "rslora", "report_to",
+       "logging_steps")  # fmt: skip
+MEMORY = ("dora", "modules_to_save")
+"""LoRA options that change memory: dojo estimate takes them too."""
 
 
 def test_new_options_are_train_options_only() -> None:
     for name in NEW:
         assert name in command_options("train"), name
         assert name not in command_options("config") and name not in command_options("estimate")
+    for name in MEMORY:
+        assert name in command_options("estimate") and name not in command_options("config")
     assert OPTIONS["lr_scheduler"].flags == ("--lr-scheduler", "--scheduler-type")
     assert set(typing.get_args(Scheduler)) >= {"linear", "cosine", "cosine_with_restarts",
                                                "constant_with_warmup"}  # fmt: skip

@@ -3,6 +3,7 @@ bytes."""
 
 import math
 
+from dojo.estimate.adapter_extras import dora_saved_per_token, head_trains
 from dojo.estimate.moe import merged_expert_bytes, moe_saved_per_token
 from dojo.estimate.setup import Setup
 from dojo.modelspec import SOFTCAP_MODEL_TYPES, ModelSpec
@@ -221,7 +222,7 @@ def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
     tokens = setup.batch_rows * setup.run.data.seq_len
     v, h = spec.vocab_size, spec.hidden_size
     chunk = 1 << max(0, math.ceil(tokens / math.ceil(v / h)) - 1).bit_length()
-    head_grad = BF16 * v * h if setup.run.model.method == "full" else 0
+    head_grad = BF16 * v * h if head_trains(setup) else 0
     return 6 * chunk * v + BF16 * tokens * h + head_grad
 
 
@@ -238,7 +239,7 @@ def _trl_head_bytes(spec: ModelSpec, setup: Setup) -> int:
     tokens = setup.batch_rows * setup.run.data.seq_len
     v, h = spec.vocab_size, spec.hidden_size
     tile = BF16 * min(tokens, TRL_TOKEN_CHUNK) * min(v, TRL_VOCAB_CHUNK)
-    head_grad = (FP32 + BF16) * v * h if setup.run.model.method == "full" else 0
+    head_grad = (FP32 + BF16) * v * h if head_trains(setup) else 0
     return tile + (BF16 + FP32 + BF16) * tokens * h + head_grad
 
 
@@ -296,6 +297,7 @@ def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:
     ins = sum(a for n, a, _, _ in spec.linears() if n in targets)
     a = FP32 if setup.fp32_adapters and not setup.autocast else BF16
     extra = a * setup.lora.lora_r * len(targets)
+    extra += dora_saved_per_token(spec, setup, a)
     if setup.lora_dropout > 0:
         return extra + (a + 1) * ins
     if setup.fp32_adapters:

@@ -9,6 +9,12 @@ Example: ``estimate(resolve_model("7b"), Setup(stage=3, num_gpus=8)).gpu_total_g
 from dojo.errors import EstimateError
 from dojo.estimate.activations import activation_bytes as activation_bytes
 from dojo.estimate.activations import activation_phases, split_peak
+from dojo.estimate.adapter_extras import (
+    dora_norm_transient,
+    dora_params,
+    modules_to_save_notes,
+    saved_modules,
+)
 from dojo.estimate.comm import comm_bytes
 from dojo.estimate.host import host_terms
 from dojo.estimate.quant import (
@@ -88,6 +94,9 @@ def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
     largest_t = s.lora.lora_r * max(max(a, b) for _, a, b, _ in spec.linears())
     if s.lora.target_names is None and spec.lora_adapts_experts:
         largest_t = max(largest_t, spec.expert_lora_largest(s.lora.lora_r))
+    saved, saved_largest, _ = saved_modules(spec, s.lora.modules_to_save)
+    p_t += saved + dora_params(spec, s)
+    largest_t = max(largest_t, saved_largest)
     if s.run.model.method == "lora":
         return p_t, float(BF16 * p), largest_t
     # NF4 + double quant for decoder linears; embeddings, head, norms and biases stay 16-bit,
@@ -118,6 +127,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         notes.append("--precision fp32 is not modelled: every term counts 16-bit weights, "
                      "gradients and activations (fp32 ones take about twice as much)")  # fmt: skip
     p_t, w_base, largest_t = _trainable(spec, s)
+    notes += modules_to_save_notes(spec, s)
     if s.run.model.method == "qlora" and s.zero.stage == 3:
         notes.append(
             "ZeRO-3 + QLoRA stores the 4-bit weights as bf16 (bnb_4bit_quant_storage) so ZeRO-3 "
@@ -173,9 +183,12 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     params_work = grads_work = 0.0
     if z3:
         params_work, grads_work = _z3_working_set(spec, s, stored, p_t, largest_t)
+    dequantized = 0
     if s.run.model.method == "qlora":
         biggest_w = max(a * b for _, a, b, _ in spec.linears())
-        params_work += BF16 * biggest_w  # bnb dequantizes one weight to bf16 per matmul
+        dequantized = BF16 * biggest_w  # bnb dequantizes one weight to bf16 per matmul
+    # DoRA's weight norm comes after its layer's matmul has freed the dequantized weight.
+    params_work += max(dequantized, dora_norm_transient(spec, s))
     kept, loss_phase, layer_phase, loss_term = activation_phases(spec, s)
     comm_current, comm_docs = comm_bytes(s, p_t, s.reduce_bucket(spec))
     # The loss is the first thing the backward does. At ZeRO 0-2 (and without DeepSpeed) no

@@ -34,7 +34,9 @@ class LoraOptions:
         commands=PLAN,
     )
     dora: bool = opt(
-        False, "DoRA: weight-decomposed LoRA (PEFT use_dora), a magnitude vector per target"
+        False,
+        "DoRA: weight-decomposed LoRA (PEFT use_dora), a magnitude vector per target",
+        commands=PLAN,
     )
     rslora: bool = opt(False, "rsLoRA: scale alpha/sqrt(r) instead of alpha/r (PEFT use_rslora)")
     modules_to_save: tuple[str, ...] = opt(
@@ -43,6 +45,7 @@ class LoraOptions:
         "modules_to_save)",
         example="embed_tokens,lm_head",
         metavar="NAME[,NAME]",
+        commands=PLAN,
     )
     merge: bool = opt(False, "Also write base + adapter merged weights to OUTPUT/merged")
 

@@ -1,0 +1,72 @@
+"""--modules-to-save and --dora in the estimate: what PEFT trains and keeps beside the adapters."""
+
+import pytest
+
+from dojo.estimate.activations import activation_phases
+from dojo.estimate.model import Setup, estimate
+from dojo.modelspec import resolve_model
+
+L8 = resolve_model("8b")  # untied head, vocab 128,256
+L1 = resolve_model("llama-3.2-1b")  # tied head
+LORA = {"method": "lora", "stage": 2, "micro_batch": 2, "seq_len": 2048, "grad_ckpt": False}
+
+
+def test_modules_to_save_trains_a_copy_of_each_matched_module() -> None:
+    base = estimate(L8, Setup.of(**LORA))
+    both = estimate(L8, Setup.of(**LORA, modules_to_save=("embed_tokens,lm_head",)))
+    vh = L8.vocab_size * L8.hidden_size
+    assert both.trainable_params - base.trainable_params == 2 * vh
+    # The trainable copies are stored beside the frozen originals (bf16 under DeepSpeed), with
+    # an fp32 master and Adam's two states each.
+    assert both.params - base.params == 2 * 2 * vh
+    assert both.optimizer_states - base.optimizer_states == 12 * 2 * vh
+    assert any(f"{2 * vh:,} params trained in full" in n for n in both.notes)
+    # A tied head still gets a copy of its own: PEFT deep-copies the module it wraps.
+    tied = Setup.of(**LORA, modules_to_save=("lm_head",))
+    assert estimate(L1, tied).trainable_params - estimate(
+        L1, Setup.of(**LORA)
+    ).trainable_params == (L1.vocab_size * L1.hidden_size)
+
+
+def test_modules_to_save_matches_by_suffix_as_peft_does() -> None:
+    layers, h = L8.num_layers, L8.hidden_size
+    base = estimate(L8, Setup.of(**LORA)).trainable_params
+    norms = estimate(L8, Setup.of(**LORA, modules_to_save=("norm",))).trainable_params
+    assert norms - base == h * (1 + 2 * layers)  # model.norm and both norms of every layer
+    unknown = estimate(L8, Setup.of(**LORA, modules_to_save=("score",)))
+    assert unknown.trainable_params == base
+    assert any("--modules-to-save score: matches no module" in n for n in unknown.notes)
+
+
+def test_a_trained_head_gets_its_gradient_in_the_fused_loss() -> None:
+    liger = {**LORA, "liger": "on"}
+    _, _, _, plain = activation_phases(L8, Setup.of(**liger))
+    _, _, _, head = activation_phases(L8, Setup.of(**liger, modules_to_save=("lm_head",)))
+    assert head - plain == 2 * L8.vocab_size * L8.hidden_size  # Liger's bf16 grad_weight
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_dora_weight_norm_transient(method: str) -> None:
+    """The largest target's ||W + s B A||: down_proj (in = intermediate, out = hidden) on 8B,
+    x_eye (in x in) and three bf16 weight-sized blocks, plus the dequantized weight in QLoRA."""
+    run = {**LORA, "method": method}
+    base, dora = estimate(L8, Setup.of(**run)), estimate(L8, Setup.of(**run, dora=True))
+    i, h = L8.intermediate_size, L8.hidden_size
+    norm = 2 * i * i + 6 * i * h + (2 * i * h if method == "qlora" else 0)
+    dequantized = 2 * i * h if method == "qlora" else 0
+    assert dora.params_work - base.params_work == norm - dequantized
+
+
+def test_dora_saves_two_outputs_per_target_and_trains_magnitudes() -> None:
+    base, dora = Setup.of(**LORA), Setup.of(**LORA, dora=True)
+    outs = sum(b for _, _, b, _ in L8.linears())  # all-linear: every projection's out features
+    tokens = 2 * 2048
+    kept = activation_phases(L8, dora)[0] - activation_phases(L8, base)[0]
+    assert kept == L8.num_layers * tokens * (2 + 2) * outs  # bf16 base and LoRA outputs
+    gained = estimate(L8, dora).trainable_params - estimate(L8, base).trainable_params
+    assert gained == L8.num_layers * outs
+    # Named targets: only their outputs.
+    qv = {"lora_targets": "q_proj,v_proj"}
+    kept_qv = (activation_phases(L8, Setup.of(**LORA, **qv, dora=True))[0]
+               - activation_phases(L8, Setup.of(**LORA, **qv))[0])  # fmt: skip
+    assert kept_qv == L8.num_layers * tokens * 4 * (L8.q_dim + L8.kv_dim)
