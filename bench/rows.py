@@ -818,6 +818,24 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "q15", 2, "lora", micro_batch=2, seq_len=8192, grad_ckpt=True, liger=False, alloc=EXP),
         ),
     ),
+    "heldout-dora-modules": MemorySet(
+        about="LoRA's --dora and --modules-to-save, counted from PEFT's source and measured on "
+        "the CPU only (bench/dora_saved_cpu.py): DoRA's saved base and branch outputs without "
+        "and with checkpointing and its weight-norm transient (QLoRA: with the dequantized "
+        "weight), and a trainable copy of the embedding and the head (tied on Llama-3.2-1B, "
+        "untied on Llama-3.1-8B) with the head's gradient in Liger's fused loss and in HF's loss. "
+        "Every row held: no constant was fitted on a GPU. Committed before the set runs.",
+        committed="this set's first commit, before the set ran",
+        was="bench/rows.py",
+        rows=(
+            Row(H, D, "l1b", 2, "lora", micro_batch=4, extra=("--dora",), alloc=EXP),
+            Row(H, D, "l3b", 2, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True, extra=("--dora",), alloc=EXP),
+            Row(H, D, "q15", 2, "qlora", micro_batch=4, grad_ckpt=True, extra=("--dora",), alloc=EXP),
+            Row(H, D, "l1b", 2, "lora", micro_batch=4, extra=("--modules-to-save", "embed_tokens", "--modules-to-save", "lm_head"), alloc=EXP),
+            Row(H, D, "l8b", 2, "lora", micro_batch=2, grad_ckpt=True, extra=("--modules-to-save", "lm_head"), alloc=EXP),
+            Row(H, D, "q3", 2, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True, liger=False, extra=("--modules-to-save", "embed_tokens", "--modules-to-save", "lm_head"), alloc=EXP),
+        ),
+    ),
 }
 # fmt: on
 
