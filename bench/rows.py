@@ -825,7 +825,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "weight), and a trainable copy of the embedding and the head (tied on Llama-3.2-1B, "
         "untied on Llama-3.1-8B) with the head's gradient in Liger's fused loss and in HF's loss. "
         "Every row held: no constant was fitted on a GPU. Committed before the set runs.",
-        committed="this set's first commit, before the set ran",
+        committed="ee777c4, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(H, D, "l1b", 2, "lora", micro_batch=4, extra=("--dora",), alloc=EXP),
