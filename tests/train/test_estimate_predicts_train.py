@@ -48,6 +48,7 @@ GRID: list[list[str]] = [
     ["--objective", "orpo", "--method", "lora", "--micro-batch", "2"],
     ["--zero", "none"],
     ["--zero", "none", "--method", "lora", "--optim", "adamw_torch", "--grad-ckpt"],
+    ["--method", "lora", "--dora", "--modules-to-save", "embed_tokens,lm_head"],
 ]
 
 
