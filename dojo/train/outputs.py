@@ -15,6 +15,7 @@ from typing import Any
 from dojo.errors import DojoError, MissingExtraError, TemplateError
 from dojo.paths import RUN_FILE
 from dojo.run.run import Run
+from dojo.train import model_files
 from dojo.train.preflight import DRY_RUN_MARK, has_weights
 
 INIT_DIR = "init-weights"  # = dojo.train.worker.main.INIT_DIR (that module imports torch)
@@ -66,6 +67,14 @@ def inspect(path: str | Path, *, use_merged: bool = True, flag: str = "RUN_DIR")
                 hint="give the --output-dir of a `dojo train` run",
             )
     run, rec = read_record(root / RUN_FILE, where)
+    out = _find_model(folder, root, run, rec, where, use_merged=use_merged)
+    check_files(out, where)
+    return out
+
+
+def _find_model(
+    folder: Path, root: Path, run: Run, rec: dict[str, Any], where: str, *, use_merged: bool
+) -> RunOutput:
     paths = rec.get("paths") or {}
     rebase = _rebaser(str(paths.get("run_dir") or root), root)
     model_tokenizer = rebase(str(paths.get("tokenizer") or run.model.model or ""))
@@ -83,6 +92,43 @@ def inspect(path: str | Path, *, use_merged: bool = True, flag: str = "RUN_DIR")
     if (folder / "config.json").is_file() and has_weights(folder):
         return RunOutput(folder, run, "full", folder, None, tokenizer, model_tokenizer)
     raise _no_model(folder, run, where)
+
+
+def check_files(out: RunOutput, where: str) -> None:
+    """Every file the loaders will read looks whole (model_files: safetensors headers, JSON), so
+    a damaged copy is one error naming the file instead of a loader's traceback."""
+    folders = [out.weights, out.base, out.tokenizer]
+    seen: set[Path] = set()
+    for f in folders:
+        if f is None or not Path(f).is_dir() or Path(f).resolve() in seen:
+            continue
+        seen.add(Path(f).resolve())
+        bad = model_files.damaged(f)
+        if bad:
+            name, why = bad
+            raise DojoError(
+                f"{where}: {_shown(Path(f) / name, out.folder)} {why}",
+                hint=f"the file is damaged: {_fix(f, out)}",
+            )
+
+
+def _shown(path: Path, folder: Path) -> str:
+    """A file of the run folder by its name there (model.safetensors, init-weights/...)."""
+    try:
+        return str(path.resolve().relative_to(folder))
+    except ValueError:
+        return str(path)
+
+
+def _fix(folder: str | Path, out: RunOutput) -> str:
+    root = out.folder.parent if out.folder.name.startswith("checkpoint-") else out.folder
+    if not Path(folder).resolve().is_relative_to(root):
+        return "copy or download that model's files again"
+    if Path(folder).resolve() == out.folder and out.folder != root:
+        return "copy the run folder again, or use another of its checkpoint-N folders"
+    if Path(folder).resolve() == out.folder:
+        return "copy the run folder again, use one of its checkpoint-N folders, or train again"
+    return "copy the run folder again, or train again"
 
 
 def read_record(path: Path, where: str) -> tuple[Run, dict[str, Any]]:

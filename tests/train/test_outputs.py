@@ -17,6 +17,13 @@ from dojo.train.outputs import StopText, export_target, inspect, stop_texts
 from tests.helpers.runs import run_of
 
 
+def weights_file(path: Path) -> Path:
+    """A well-formed .safetensors file: one F32 tensor of one element (4 bytes)."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    return path
+
+
 def fake_run(
     root: Path, method: str = "lora", *, weights: bool = True, model: str | None = None, **run: Any
 ) -> Path:
@@ -34,14 +41,14 @@ def fake_run(
     }
     (root / "train.json").write_text(json.dumps(rec))
     (root / "init-weights").mkdir()
-    (root / "init-weights" / "model.safetensors").write_bytes(b"x")
+    weights_file(root / "init-weights" / "model.safetensors")
     (root / "tokenizer.json").write_text("{}")
     if weights and method == "full":
         (root / "config.json").write_text("{}")
-        (root / "model.safetensors").write_bytes(b"x")
+        weights_file(root / "model.safetensors")
     elif weights:
         (root / "adapter_config.json").write_text("{}")
-        (root / "adapter_model.safetensors").write_bytes(b"x")
+        weights_file(root / "adapter_model.safetensors")
     return root
 
 
@@ -59,7 +66,7 @@ def test_full_model_and_merged(tmp_path: Path) -> None:
     run = fake_run(tmp_path / "lora")
     (run / "merged").mkdir()
     (run / "merged" / "config.json").write_text("{}")
-    (run / "merged" / "model.safetensors").write_bytes(b"x")
+    weights_file(run / "merged" / "model.safetensors")
     assert inspect(run).kind == "merged"  # chat: the merged model needs no PEFT
     assert inspect(run, use_merged=False).kind == "adapter"  # export merges afresh
 
@@ -67,7 +74,7 @@ def test_full_model_and_merged(tmp_path: Path) -> None:
 def test_base_with_weights_is_used_and_moved_runs_follow(tmp_path: Path) -> None:
     model = tmp_path / "base"
     model.mkdir()
-    (model / "model.safetensors").write_bytes(b"x")
+    weights_file(model / "model.safetensors")
     out = inspect(fake_run(tmp_path / "a", model=str(model)))
     assert out.base == str(model)
     moved = tmp_path / "moved"
@@ -85,7 +92,7 @@ def test_checkpoint_folder_uses_the_parent_record(tmp_path: Path) -> None:
     ckpt = run / "checkpoint-3"
     ckpt.mkdir()
     (ckpt / "adapter_config.json").write_text("{}")
-    (ckpt / "adapter_model.safetensors").write_bytes(b"x")
+    weights_file(ckpt / "adapter_model.safetensors")
     with pytest.raises(DojoError) as e:
         inspect(run)
     assert "did not finish" in e.value.message and str(ckpt) in (e.value.hint or "")
@@ -129,6 +136,61 @@ def test_gone_base_is_named(tmp_path: Path) -> None:
     (run / "init-weights" / "model.safetensors").unlink()
     with pytest.raises(DojoError, match="base weights are gone"):
         inspect(run)
+
+
+@pytest.mark.parametrize(
+    "method, file, data, needle, fix",
+    [
+        ("full", "model.safetensors", b"garbage\n", "is not a safetensors file", "checkpoint-N"),
+        ("full", "config.json", b"not json", "is not valid JSON", "checkpoint-N"),
+        ("full", "tokenizer.json", b"xx", "is not valid JSON", "checkpoint-N"),
+        ("lora", "adapter_model.safetensors", b"", "is empty", "checkpoint-N"),
+        ("lora", "adapter_config.json", b"[]", "holds a JSON list", "checkpoint-N"),
+        ("lora", "init-weights/model.safetensors", None, "is cut short", "or train again"),
+    ],
+)
+def test_damaged_file_is_named_with_the_run(
+    tmp_path: Path, method: str, file: str, data: bytes | None, needle: str, fix: str
+) -> None:
+    """A damaged file the loaders would choke on is one error naming RUN_DIR and the file."""
+    run = fake_run(tmp_path / "run", method)
+    whole = (run / file).read_bytes()
+    (run / file).write_bytes(whole[:-1] if data is None else data)  # None: a copy cut short
+    with pytest.raises(DojoError) as e:
+        inspect(run)
+    assert e.value.message.startswith(f"RUN_DIR {str(run)!r}: {file} {needle}"), e.value.message
+    assert (e.value.hint or "").startswith("the file is damaged: copy the run folder again")
+    assert fix in (e.value.hint or "")
+
+
+def test_damaged_base_outside_the_run_is_named_by_its_path(tmp_path: Path) -> None:
+    model = tmp_path / "base"
+    model.mkdir()
+    weights_file(model / "model.safetensors")
+    run = fake_run(tmp_path / "run", model=str(model))
+    (model / "model.safetensors").write_bytes(b"garbage\n")
+    with pytest.raises(DojoError) as e:
+        inspect(run)
+    assert str(model / "model.safetensors") in e.value.message
+    assert "copy or download that model's files again" in (e.value.hint or "")
+
+
+@pytest.mark.parametrize("command", ["chat", "export"])
+@pytest.mark.parametrize(
+    "file, data", [("model.safetensors", b"garbage\n"), ("config.json", b"not json")]
+)
+def test_cli_damaged_run_is_one_error(
+    cli: Any, tmp_path: Path, command: str, file: str, data: bytes
+) -> None:
+    run = fake_run(tmp_path / "run", "full")
+    (run / file).write_bytes(data)
+    r = cli(command, str(run), *(["--prompt", "hi"] if command == "chat" else []))
+    assert r.exit_code == 1 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2 and "internal error" not in r.stderr, r.stderr
+    assert lines[0].startswith(f"error: RUN_DIR {str(run)!r}: {file} ")
+    assert lines[1].startswith("hint: the file is damaged")
+    assert not (run / "export").exists()
 
 
 def test_template_is_the_runs(tmp_path: Path) -> None:
