@@ -225,6 +225,14 @@ def test_chat_on_the_gpu(lora_run: Path) -> None:
     assert r.returncode == 0 and r.stdout.endswith("\n"), r.stderr[-3000:]
 
 
+def test_chat_colder_than_float_range_is_greedy(lora_run: Path, cli: Any) -> None:
+    """logits / 1e-300 overflow and sampling failed; so cold a temperature answers greedily."""
+    r = cli("chat", str(lora_run), "-p", "hi", "--max-new-tokens", "5", "--temperature", "1e-300")
+    assert r.exit_code == 0, r.stderr
+    want = greedy(base_plus_adapter(lora_run), lora_run, [{"role": "user", "content": "hi"}], 5)
+    assert r.stdout == want + "\n"
+
+
 def _copy(run: Path, dest: Path) -> Path:
     shutil.copytree(run, dest, ignore=shutil.ignore_patterns("checkpoint-*", "export"))
     return dest

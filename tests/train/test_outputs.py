@@ -325,6 +325,34 @@ def test_cli_bad_input_is_one_error_line(
     assert not (run / "export").exists()
 
 
+@pytest.mark.parametrize(
+    "flag, value, why",
+    [
+        ("--temperature", "nan", "must be a number of at least 0"),
+        ("--temperature", "inf", "must be a number of at least 0"),
+        ("--temperature", "-inf", "must be a number of at least 0"),
+        ("--temperature", "1e400", "must be a number of at least 0"),  # inf once parsed
+        ("--temperature", "-1", "out of range: of at least 0"),
+        ("--temperature", "warm", "must be a number of at least 0"),
+        ("--max-new-tokens", "0", "out of range: of at least 1"),
+        ("--max-new-tokens", "abc", "must be a whole number of at least 1"),
+        ("--max-new-tokens", "2.5", "must be a whole number of at least 1"),
+        ("--max-new-tokens", "nan", "must be a whole number of at least 1"),
+    ],
+)
+def test_chat_numbers_are_checked_as_train_checks_them(
+    cli: Any, tmp_path: Path, flag: str, value: str, why: str
+) -> None:
+    """NaN and inf are refused (a float range lets them through and sampling printed garbage),
+    and every bad number is exit 1 with an example, as in dojo train."""
+    r = cli("chat", str(fake_run(tmp_path / "run")), "--prompt", "hi", flag, value)
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr.splitlines() == [
+        f"error: {flag} {value!r}: {why}",
+        f"hint: e.g. {flag} {'0' if flag == '--temperature' else '256'}",
+    ]
+
+
 @pytest.mark.parametrize("command", ["chat", "export"])
 def test_without_the_train_extra(
     cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str

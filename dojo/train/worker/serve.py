@@ -23,6 +23,9 @@ from dojo.safe_load import clip
 from dojo.train.outputs import RunOutput, StopText, stop_texts, template_ref
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+GREEDY_BELOW = 1e-5
+"""Temperatures under this answer greedily, as vLLM's do: logits divided by 1e-300 overflow
+to inf and sampling fails, and sampling that cold is greedy decoding anyway."""
 
 
 def quiet() -> None:
@@ -187,7 +190,7 @@ class Session:
             "pad_token_id": _first(self.tokenizer.pad_token_id, *self.eos_ids),
             "streamer": streamer,
         }
-        if temperature > 0:
+        if temperature >= GREEDY_BELOW:
             kw.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
         else:
             kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
