@@ -190,6 +190,7 @@ def test_export_bf16_full_and_push(
             "folder_path": str(dest),
             "repo_type": "model",
             "commit_message": "dojo export of full",
+            "ignore_patterns": [".dojo-export"],
         }
     ]
     assert "pushed: https://hf.co/me/tiny" in r.stderr
@@ -273,3 +274,37 @@ def test_damaged_run_files_are_one_error(
     bad = _copy(lora_run, tmp_path / "adapter")
     (bad / "adapter_config.json").write_text("{}")
     refused(bad, "the adapter cannot be loaded (KeyError")
+
+
+def test_export_force_replaces_only_an_export(full_run: Path, tmp_path: Path, cli: Any) -> None:
+    dest = tmp_path / "chat-model"
+    assert cli("export", str(full_run), "-o", str(dest)).exit_code == 0
+    assert (dest / ".dojo-export").is_file()  # what lets --force replace it later
+    before = (dest / "model.safetensors").stat().st_mtime_ns
+    r = cli("export", str(full_run), "-o", str(dest), "--force")
+    assert r.exit_code == 0, r.stderr
+    assert (dest / "model.safetensors").stat().st_mtime_ns != before
+    other = _copy(full_run, tmp_path / "other-run")
+    (other / "checkpoint-7").mkdir()
+    (other / "checkpoint-7" / "trainer_state.json").write_text("{}")
+    for victim, why in ((other, "is a `dojo train` run folder"),
+                        (other / "checkpoint-7", "is a training checkpoint")):  # fmt: skip
+        kept = sorted(p.name for p in victim.iterdir())
+        r = cli("export", str(full_run), "-o", str(victim), "--force")
+        assert (
+            r.exit_code == 1 and why in r.stderr and "only replaces an earlier export" in r.stderr
+        )
+        assert sorted(p.name for p in victim.iterdir()) == kept
+
+
+def test_export_write_failure_is_one_error(full_run: Path, tmp_path: Path) -> None:
+    from dojo.errors import DojoError
+    from dojo.train import outputs
+    from dojo.train.worker import export
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(DojoError, match="cannot write it") as e:
+        export.export(
+            outputs.inspect(full_run), tmp_path / "afile" / "x", dtype="fp32", force=False
+        )
+    assert "permissions" in (e.value.hint or "")

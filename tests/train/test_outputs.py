@@ -235,7 +235,8 @@ def test_export_target(tmp_path: Path) -> None:
         with pytest.raises(DojoError, match=why):
             export_target(run, bad, force=True)
     (run / "export").mkdir()
-    (run / "export" / "config.json").write_text("{}")
+    assert export_target(run, None, force=False) == run / "export"  # empty: nothing to lose
+    export_folder(run / "export")
     with pytest.raises(DojoError, match="already exists") as e:
         export_target(run, None, force=False)
     assert "--force" in (e.value.hint or "")
@@ -248,6 +249,80 @@ def test_export_target(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
     with pytest.raises(DojoError, match="is a file"):
         export_target(run, str(tmp_path / "f"), force=True)
+
+
+def export_folder(folder: Path, *, mark: bool = True) -> Path:
+    """What `dojo export` writes (``mark=False``: as it did before it marked its folders)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "generation_config.json", "tokenizer.json"):
+        (folder / name).write_text("{}")
+    weights_file(folder / "model.safetensors")
+    if mark:
+        (folder / ".dojo-export").write_text("written by dojo export\n")
+    return folder
+
+
+def _checkpoint(p: Path) -> None:
+    fake_run(p.parent, "full", weights=False)
+    p.mkdir()
+    (p / "trainer_state.json").write_text("{}")
+    (p / "config.json").write_text("{}")
+    weights_file(p / "model.safetensors")
+
+
+@pytest.mark.parametrize(
+    "name, make, why",
+    [
+        ("run", lambda p: fake_run(p, "full"), "is a `dojo train` run folder"),
+        ("checkpoint-2", _checkpoint, "is a training checkpoint"),
+        (
+            "init-weights",
+            lambda p: (fake_run(p.parent, "full"), export_folder(p, mark=False)),
+            "is the init-weights folder of a `dojo train` run",
+        ),
+        (
+            "m",
+            lambda p: (export_folder(p, mark=False), (p / "sub").mkdir()),
+            "not an earlier export",
+        ),
+        ("m", lambda p: (export_folder(p), (p / "generation_config.json").unlink()), None),
+    ],
+    ids=["run", "checkpoint", "run-subfolder", "model-with-subfolder", "marked-export"],
+)
+def test_force_replaces_only_an_export(
+    tmp_path: Path, name: str, make: Any, why: str | None
+) -> None:
+    """--force on another run, a checkpoint or a folder of a run is refused, not replaced; a
+    folder `dojo export` wrote (its mark says so) is replaced."""
+    run = fake_run(tmp_path / "mine")
+    dest = tmp_path / "other" / name
+    make(dest)
+    if why is None:
+        assert export_target(run, str(dest), force=True) == dest
+        return
+    with pytest.raises(DojoError) as e:
+        export_target(run, str(dest), force=True)
+    assert why in e.value.message and "--force only replaces an earlier export" in e.value.message
+    assert e.value.message.startswith(f"-o {str(dest)!r}") and "-o" in (e.value.hint or "")
+    with pytest.raises(DojoError, match="only replaces"):  # without --force: no "pass --force"
+        export_target(run, str(dest), force=False)
+
+
+def test_force_replaces_an_export_from_before_the_mark(tmp_path: Path) -> None:
+    run = fake_run(tmp_path / "run")
+    old = export_folder(tmp_path / "chat-model", mark=False)
+    assert export_target(run, str(old), force=True) == old
+
+
+def test_unwritable_export_folder_has_a_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = fake_run(tmp_path / "run")
+    monkeypatch.setattr(outputs.os, "access", lambda path, mode: False)  # root writes anywhere
+    with pytest.raises(DojoError, match="is not writable") as e:
+        export_target(run, str(tmp_path / "ro" / "y"), force=False)
+    assert str(tmp_path) in e.value.message  # the nearest folder that exists
+    assert "write to" in (e.value.hint or "") and "permissions" in (e.value.hint or "")
 
 
 def test_repo_id_and_login_checked_before_merging(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -288,6 +363,7 @@ def test_push_calls_upload_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
         "folder_path": str(tmp_path / "export"),
         "repo_type": "model",
         "commit_message": "dojo export of run",
+        "ignore_patterns": [".dojo-export"],  # dojo's own mark stays local
     }
 
     def fail(*a: Any, **kw: Any) -> None:
