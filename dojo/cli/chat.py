@@ -28,16 +28,16 @@ def chat_cmd(
             "--system", metavar="TEXT", help="System message put before the conversation."
         ),
     ] = None,
+    # Numbers arrive as text and are parsed as dojo train's are (run.field.Option): one error
+    # line with an example, and NaN or inf refused (a bare float range lets them through).
     max_new_tokens: Annotated[
-        int,
-        typer.Option("--max-new-tokens", min=1, metavar="INT", help="Longest answer, in tokens."),
-    ] = 512,
+        str,
+        typer.Option("--max-new-tokens", metavar="INT", help="Longest answer, in tokens."),
+    ] = "512",
     temperature: Annotated[
-        float,
-        typer.Option(
-            "--temperature", min=0.0, metavar="NUMBER", help="Sampling temperature; 0 = greedy."
-        ),
-    ] = 0.7,
+        str,
+        typer.Option("--temperature", metavar="NUMBER", help="Sampling temperature; 0 = greedy."),
+    ] = "0.7",
     device: Annotated[
         str,
         typer.Option("--device", metavar="auto|cpu|cuda", help="auto = a GPU when there is one."),
@@ -65,6 +65,8 @@ def chat_cmd(
     from dojo.errors import DojoError
     from dojo.train import outputs
 
+    tokens = int(_number("--max-new-tokens", max_new_tokens, integer=True, lo=1, example="256"))
+    temp = _number("--temperature", temperature, integer=False, lo=0.0, example="0")
     if device not in DEVICES:
         raise DojoError(
             f"--device {device!r} is not one of {', '.join(DEVICES)}", hint="--device auto"
@@ -80,11 +82,31 @@ def chat_cmd(
         out,
         prompt=prompt,
         system=system,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
+        max_new_tokens=tokens,
+        temperature=temp,
         device=device,
         template=template,
         interactive=sys.stdin.isatty(),
     )
     if rc:
         raise typer.Exit(rc)
+
+
+def _number(flag: str, raw: str, *, integer: bool, lo: float, example: str) -> float:
+    """A finite number of at least ``lo``, or dojo train's error for the flag."""
+    from dojo.run.field import Option
+
+    option = Option(
+        name=flag[2:],
+        group="chat",
+        panel="",
+        kind="int" if integer else "float",
+        default=None,
+        help="",
+        why="",
+        flags=(flag,),
+        lo=lo,
+        example=example,
+    )
+    value: float = option.parse(raw)
+    return value

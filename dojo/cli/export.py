@@ -39,7 +39,12 @@ def export_cmd(
             help="Also upload the folder to this Hub model repo (token from 'hf auth login').",
         ),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an earlier export.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Replace an earlier export (never a run or checkpoint folder)."
+        ),
+    ] = False,
 ) -> None:
     """Write a standalone model folder: LoRA/QLoRA merged into the base, safetensors, tokenizer.
 

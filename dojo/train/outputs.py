@@ -15,12 +15,15 @@ from typing import Any
 from dojo.errors import DojoError, MissingExtraError, TemplateError
 from dojo.paths import RUN_FILE
 from dojo.run.run import Run
+from dojo.train import model_files
 from dojo.train.preflight import DRY_RUN_MARK, has_weights
 
 INIT_DIR = "init-weights"  # = dojo.train.worker.main.INIT_DIR (that module imports torch)
 MERGED = "merged"
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+EXPORT_MARK = ".dojo-export"
+"""Written into every export folder: --force replaces a folder only when it holds one."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,14 @@ def inspect(path: str | Path, *, use_merged: bool = True, flag: str = "RUN_DIR")
                 hint="give the --output-dir of a `dojo train` run",
             )
     run, rec = read_record(root / RUN_FILE, where)
+    out = _find_model(folder, root, run, rec, where, use_merged=use_merged)
+    check_files(out, where)
+    return out
+
+
+def _find_model(
+    folder: Path, root: Path, run: Run, rec: dict[str, Any], where: str, *, use_merged: bool
+) -> RunOutput:
     paths = rec.get("paths") or {}
     rebase = _rebaser(str(paths.get("run_dir") or root), root)
     model_tokenizer = rebase(str(paths.get("tokenizer") or run.model.model or ""))
@@ -83,6 +94,43 @@ def inspect(path: str | Path, *, use_merged: bool = True, flag: str = "RUN_DIR")
     if (folder / "config.json").is_file() and has_weights(folder):
         return RunOutput(folder, run, "full", folder, None, tokenizer, model_tokenizer)
     raise _no_model(folder, run, where)
+
+
+def check_files(out: RunOutput, where: str) -> None:
+    """Every file the loaders will read looks whole (model_files: safetensors headers, JSON), so
+    a damaged copy is one error naming the file instead of a loader's traceback."""
+    folders = [out.weights, out.base, out.tokenizer]
+    seen: set[Path] = set()
+    for f in folders:
+        if f is None or not Path(f).is_dir() or Path(f).resolve() in seen:
+            continue
+        seen.add(Path(f).resolve())
+        bad = model_files.damaged(f)
+        if bad:
+            name, why = bad
+            raise DojoError(
+                f"{where}: {_shown(Path(f) / name, out.folder)} {why}",
+                hint=f"the file is damaged: {_fix(f, out)}",
+            )
+
+
+def _shown(path: Path, folder: Path) -> str:
+    """A file of the run folder by its name there (model.safetensors, init-weights/...)."""
+    try:
+        return str(path.resolve().relative_to(folder))
+    except ValueError:
+        return str(path)
+
+
+def _fix(folder: str | Path, out: RunOutput) -> str:
+    root = out.folder.parent if out.folder.name.startswith("checkpoint-") else out.folder
+    if not Path(folder).resolve().is_relative_to(root):
+        return "copy or download that model's files again"
+    if Path(folder).resolve() == out.folder and out.folder != root:
+        return "copy the run folder again, or use another of its checkpoint-N folders"
+    if Path(folder).resolve() == out.folder:
+        return "copy the run folder again, use one of its checkpoint-N folders, or train again"
+    return "copy the run folder again, or train again"
 
 
 def read_record(path: Path, where: str) -> tuple[Run, dict[str, Any]]:
@@ -253,7 +301,7 @@ def require_extras(command: str, *, adapter: bool) -> None:
 
 def export_target(run_dir: Path, out: str | None, *, force: bool, flag: str = "-o") -> Path:
     """The export folder (default RUN_DIR/export); refused before any work when it exists
-    (without --force), is a file, is not a model folder, or holds the run itself."""
+    (without --force), is a file, is not an earlier export, or holds the run itself."""
     dest = (Path(out).expanduser() if out else run_dir / "export").resolve()
     shown = f"{flag} {str(out)!r}" if out else f"export folder {str(dest)!r}"
     if dest == run_dir or dest in run_dir.parents:
@@ -263,23 +311,51 @@ def export_target(run_dir: Path, out: str | None, *, force: bool, flag: str = "-
     if dest.exists() and not dest.is_dir():
         raise DojoError(f"{shown} is a file", hint=f"give a folder path to {flag}")
     if dest.exists() and any(dest.iterdir()):
+        # --force replaces an earlier export, never a run, a checkpoint or an unrelated folder.
+        why = not_an_export(dest)
+        if why:
+            raise DojoError(
+                f"{shown} {why}: --force only replaces an earlier export",
+                hint=f"choose another folder with {flag}",
+            )
         if not force:
             raise DojoError(
                 f"{shown} already exists",
                 hint=f"pass --force to replace it, or choose another folder with {flag}",
             )
-        if not (dest / "config.json").is_file():
-            # --force replaces an earlier export, never an unrelated folder.
-            raise DojoError(
-                f"{shown} exists and is not a model folder (no config.json): not replaced",
-                hint=f"choose another folder with {flag}",
-            )
     parent = dest.parent
-    while not parent.exists():
+    while not parent.exists():  # missing folders are made at write time
         parent = parent.parent
     if not os.access(parent, os.W_OK):
-        raise DojoError(f"{shown}: folder {str(parent)!r} is not writable")
+        raise DojoError(
+            f"{shown}: folder {str(parent)!r} is not writable",
+            hint=f"choose a folder you can write to with {flag}, or fix its permissions",
+        )
     return dest
+
+
+def not_an_export(folder: Path) -> str | None:
+    """Why ``folder`` is not a folder `dojo export` wrote (None when it is one): its mark, or for
+    exports older than the mark, a flat model folder with generation_config.json and nothing
+    that training writes."""
+    if (folder / EXPORT_MARK).is_file():
+        return None
+    if (folder / RUN_FILE).is_file():
+        return "is a `dojo train` run folder"
+    if (folder / "trainer_state.json").is_file():
+        return "is a training checkpoint"
+    if (folder.parent / RUN_FILE).is_file() and folder.name != "export":
+        return f"is the {folder.name} folder of a `dojo train` run"
+    if not (folder / "config.json").is_file():
+        return "exists and is not a model folder (no config.json)"
+    flat = not any(p.is_dir() for p in folder.iterdir())
+    if (
+        not flat
+        or not (folder / "generation_config.json").is_file()
+        or (folder / "adapter_config.json").is_file()
+    ):
+        return "exists and is not an earlier export"
+    return None
 
 
 def check_repo_id(repo: str) -> str:
@@ -320,6 +396,7 @@ def push(folder: Path, repo: str, run_dir: Path) -> str:
             repo_id=repo,
             folder_path=str(folder),
             repo_type="model",
+            ignore_patterns=[EXPORT_MARK],
             commit_message=f"dojo export of {run_dir.name}",
         )
     except Exception as e:  # noqa: BLE001 - HTTP, network and auth errors alike: one line

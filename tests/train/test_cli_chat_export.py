@@ -9,6 +9,7 @@ end-of-turn token as eos; the Hub upload is called with the right arguments.
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -189,6 +190,7 @@ def test_export_bf16_full_and_push(
             "folder_path": str(dest),
             "repo_type": "model",
             "commit_message": "dojo export of full",
+            "ignore_patterns": [".dojo-export"],
         }
     ]
     assert "pushed: https://hf.co/me/tiny" in r.stderr
@@ -222,3 +224,87 @@ def test_chat_cuda_without_a_gpu_is_refused(lora_run: Path, cli: Any) -> None:
 def test_chat_on_the_gpu(lora_run: Path) -> None:
     r = dojo("chat", str(lora_run), "-p", "hi", "--max-new-tokens", "5", "--device", "cuda")
     assert r.returncode == 0 and r.stdout.endswith("\n"), r.stderr[-3000:]
+
+
+def test_chat_colder_than_float_range_is_greedy(lora_run: Path, cli: Any) -> None:
+    """logits / 1e-300 overflow and sampling failed; so cold a temperature answers greedily."""
+    r = cli("chat", str(lora_run), "-p", "hi", "--max-new-tokens", "5", "--temperature", "1e-300")
+    assert r.exit_code == 0, r.stderr
+    want = greedy(base_plus_adapter(lora_run), lora_run, [{"role": "user", "content": "hi"}], 5)
+    assert r.stdout == want + "\n"
+
+
+def _copy(run: Path, dest: Path) -> Path:
+    shutil.copytree(run, dest, ignore=shutil.ignore_patterns("checkpoint-*", "export"))
+    return dest
+
+
+@pytest.mark.parametrize("command", ["chat", "export"])
+def test_damaged_run_files_are_one_error(
+    full_run: Path, lora_run: Path, tmp_path: Path, cli: Any, command: str
+) -> None:
+    """Damaged files of a real run: the cheap checks name the file (before torch is imported);
+    what they cannot see (a tokenizer.json or adapter_config.json of the wrong shape, weights that
+    do not fit config.json) is the loader's failure named, never an internal error."""
+    args = ["-p", "hi", "--max-new-tokens", "2"] if command == "chat" else []
+
+    def refused(run: Path, needle: str) -> str:
+        r = cli(command, str(run), *args, *([] if command == "chat" else ["-o", str(run) + "-x"]))
+        assert r.exit_code == 1 and r.stdout == "", r.stderr
+        err = [ln for ln in r.stderr.splitlines() if ln.startswith(("error:", "hint:"))]
+        assert len(err) == 2 and needle in err[0] and "internal error" not in r.stderr, r.stderr
+        assert not Path(str(run) + "-x").exists()
+        return err[1]
+
+    bad = _copy(full_run, tmp_path / "weights")
+    (bad / "model.safetensors").write_bytes(b"garbage\n")
+    hint = refused(bad, f"RUN_DIR {str(bad)!r}: model.safetensors is not a safetensors file")
+    assert hint.startswith("hint: the file is damaged")
+    bad = _copy(full_run, tmp_path / "cut")
+    data = (bad / "model.safetensors").read_bytes()
+    (bad / "model.safetensors").write_bytes(data[: len(data) // 2])
+    refused(bad, "model.safetensors is cut short")
+    bad = _copy(full_run, tmp_path / "tok")
+    (bad / "tokenizer.json").write_text("{}")
+    refused(bad, f"RUN_DIR {str(bad)!r}: the tokenizer cannot be loaded (KeyError")
+    bad = _copy(full_run, tmp_path / "shape")
+    cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, "hidden_size": cfg["hidden_size"] // 2}))
+    refused(bad, "the model cannot be loaded (RuntimeError")
+    bad = _copy(lora_run, tmp_path / "adapter")
+    (bad / "adapter_config.json").write_text("{}")
+    refused(bad, "the adapter cannot be loaded (KeyError")
+
+
+def test_export_force_replaces_only_an_export(full_run: Path, tmp_path: Path, cli: Any) -> None:
+    dest = tmp_path / "chat-model"
+    assert cli("export", str(full_run), "-o", str(dest)).exit_code == 0
+    assert (dest / ".dojo-export").is_file()  # what lets --force replace it later
+    before = (dest / "model.safetensors").stat().st_mtime_ns
+    r = cli("export", str(full_run), "-o", str(dest), "--force")
+    assert r.exit_code == 0, r.stderr
+    assert (dest / "model.safetensors").stat().st_mtime_ns != before
+    other = _copy(full_run, tmp_path / "other-run")
+    (other / "checkpoint-7").mkdir()
+    (other / "checkpoint-7" / "trainer_state.json").write_text("{}")
+    for victim, why in ((other, "is a `dojo train` run folder"),
+                        (other / "checkpoint-7", "is a training checkpoint")):  # fmt: skip
+        kept = sorted(p.name for p in victim.iterdir())
+        r = cli("export", str(full_run), "-o", str(victim), "--force")
+        assert (
+            r.exit_code == 1 and why in r.stderr and "only replaces an earlier export" in r.stderr
+        )
+        assert sorted(p.name for p in victim.iterdir()) == kept
+
+
+def test_export_write_failure_is_one_error(full_run: Path, tmp_path: Path) -> None:
+    from dojo.errors import DojoError
+    from dojo.train import outputs
+    from dojo.train.worker import export
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(DojoError, match="cannot write it") as e:
+        export.export(
+            outputs.inspect(full_run), tmp_path / "afile" / "x", dtype="fp32", force=False
+        )
+    assert "permissions" in (e.value.hint or "")

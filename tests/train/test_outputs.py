@@ -17,6 +17,13 @@ from dojo.train.outputs import StopText, export_target, inspect, stop_texts
 from tests.helpers.runs import run_of
 
 
+def weights_file(path: Path) -> Path:
+    """A well-formed .safetensors file: one F32 tensor of one element (4 bytes)."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    return path
+
+
 def fake_run(
     root: Path, method: str = "lora", *, weights: bool = True, model: str | None = None, **run: Any
 ) -> Path:
@@ -34,14 +41,14 @@ def fake_run(
     }
     (root / "train.json").write_text(json.dumps(rec))
     (root / "init-weights").mkdir()
-    (root / "init-weights" / "model.safetensors").write_bytes(b"x")
+    weights_file(root / "init-weights" / "model.safetensors")
     (root / "tokenizer.json").write_text("{}")
     if weights and method == "full":
         (root / "config.json").write_text("{}")
-        (root / "model.safetensors").write_bytes(b"x")
+        weights_file(root / "model.safetensors")
     elif weights:
         (root / "adapter_config.json").write_text("{}")
-        (root / "adapter_model.safetensors").write_bytes(b"x")
+        weights_file(root / "adapter_model.safetensors")
     return root
 
 
@@ -59,7 +66,7 @@ def test_full_model_and_merged(tmp_path: Path) -> None:
     run = fake_run(tmp_path / "lora")
     (run / "merged").mkdir()
     (run / "merged" / "config.json").write_text("{}")
-    (run / "merged" / "model.safetensors").write_bytes(b"x")
+    weights_file(run / "merged" / "model.safetensors")
     assert inspect(run).kind == "merged"  # chat: the merged model needs no PEFT
     assert inspect(run, use_merged=False).kind == "adapter"  # export merges afresh
 
@@ -67,7 +74,7 @@ def test_full_model_and_merged(tmp_path: Path) -> None:
 def test_base_with_weights_is_used_and_moved_runs_follow(tmp_path: Path) -> None:
     model = tmp_path / "base"
     model.mkdir()
-    (model / "model.safetensors").write_bytes(b"x")
+    weights_file(model / "model.safetensors")
     out = inspect(fake_run(tmp_path / "a", model=str(model)))
     assert out.base == str(model)
     moved = tmp_path / "moved"
@@ -85,7 +92,7 @@ def test_checkpoint_folder_uses_the_parent_record(tmp_path: Path) -> None:
     ckpt = run / "checkpoint-3"
     ckpt.mkdir()
     (ckpt / "adapter_config.json").write_text("{}")
-    (ckpt / "adapter_model.safetensors").write_bytes(b"x")
+    weights_file(ckpt / "adapter_model.safetensors")
     with pytest.raises(DojoError) as e:
         inspect(run)
     assert "did not finish" in e.value.message and str(ckpt) in (e.value.hint or "")
@@ -131,6 +138,61 @@ def test_gone_base_is_named(tmp_path: Path) -> None:
         inspect(run)
 
 
+@pytest.mark.parametrize(
+    "method, file, data, needle, fix",
+    [
+        ("full", "model.safetensors", b"garbage\n", "is not a safetensors file", "checkpoint-N"),
+        ("full", "config.json", b"not json", "is not valid JSON", "checkpoint-N"),
+        ("full", "tokenizer.json", b"xx", "is not valid JSON", "checkpoint-N"),
+        ("lora", "adapter_model.safetensors", b"", "is empty", "checkpoint-N"),
+        ("lora", "adapter_config.json", b"[]", "holds a JSON list", "checkpoint-N"),
+        ("lora", "init-weights/model.safetensors", None, "is cut short", "or train again"),
+    ],
+)
+def test_damaged_file_is_named_with_the_run(
+    tmp_path: Path, method: str, file: str, data: bytes | None, needle: str, fix: str
+) -> None:
+    """A damaged file the loaders would choke on is one error naming RUN_DIR and the file."""
+    run = fake_run(tmp_path / "run", method)
+    whole = (run / file).read_bytes()
+    (run / file).write_bytes(whole[:-1] if data is None else data)  # None: a copy cut short
+    with pytest.raises(DojoError) as e:
+        inspect(run)
+    assert e.value.message.startswith(f"RUN_DIR {str(run)!r}: {file} {needle}"), e.value.message
+    assert (e.value.hint or "").startswith("the file is damaged: copy the run folder again")
+    assert fix in (e.value.hint or "")
+
+
+def test_damaged_base_outside_the_run_is_named_by_its_path(tmp_path: Path) -> None:
+    model = tmp_path / "base"
+    model.mkdir()
+    weights_file(model / "model.safetensors")
+    run = fake_run(tmp_path / "run", model=str(model))
+    (model / "model.safetensors").write_bytes(b"garbage\n")
+    with pytest.raises(DojoError) as e:
+        inspect(run)
+    assert str(model / "model.safetensors") in e.value.message
+    assert "copy or download that model's files again" in (e.value.hint or "")
+
+
+@pytest.mark.parametrize("command", ["chat", "export"])
+@pytest.mark.parametrize(
+    "file, data", [("model.safetensors", b"garbage\n"), ("config.json", b"not json")]
+)
+def test_cli_damaged_run_is_one_error(
+    cli: Any, tmp_path: Path, command: str, file: str, data: bytes
+) -> None:
+    run = fake_run(tmp_path / "run", "full")
+    (run / file).write_bytes(data)
+    r = cli(command, str(run), *(["--prompt", "hi"] if command == "chat" else []))
+    assert r.exit_code == 1 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2 and "internal error" not in r.stderr, r.stderr
+    assert lines[0].startswith(f"error: RUN_DIR {str(run)!r}: {file} ")
+    assert lines[1].startswith("hint: the file is damaged")
+    assert not (run / "export").exists()
+
+
 def test_template_is_the_runs(tmp_path: Path) -> None:
     out = inspect(fake_run(tmp_path / "own"))
     assert outputs.template_ref(out) == (str(tmp_path / "own" / "tiny-model"), "--model")
@@ -173,7 +235,8 @@ def test_export_target(tmp_path: Path) -> None:
         with pytest.raises(DojoError, match=why):
             export_target(run, bad, force=True)
     (run / "export").mkdir()
-    (run / "export" / "config.json").write_text("{}")
+    assert export_target(run, None, force=False) == run / "export"  # empty: nothing to lose
+    export_folder(run / "export")
     with pytest.raises(DojoError, match="already exists") as e:
         export_target(run, None, force=False)
     assert "--force" in (e.value.hint or "")
@@ -186,6 +249,80 @@ def test_export_target(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
     with pytest.raises(DojoError, match="is a file"):
         export_target(run, str(tmp_path / "f"), force=True)
+
+
+def export_folder(folder: Path, *, mark: bool = True) -> Path:
+    """What `dojo export` writes (``mark=False``: as it did before it marked its folders)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "generation_config.json", "tokenizer.json"):
+        (folder / name).write_text("{}")
+    weights_file(folder / "model.safetensors")
+    if mark:
+        (folder / ".dojo-export").write_text("written by dojo export\n")
+    return folder
+
+
+def _checkpoint(p: Path) -> None:
+    fake_run(p.parent, "full", weights=False)
+    p.mkdir()
+    (p / "trainer_state.json").write_text("{}")
+    (p / "config.json").write_text("{}")
+    weights_file(p / "model.safetensors")
+
+
+@pytest.mark.parametrize(
+    "name, make, why",
+    [
+        ("run", lambda p: fake_run(p, "full"), "is a `dojo train` run folder"),
+        ("checkpoint-2", _checkpoint, "is a training checkpoint"),
+        (
+            "init-weights",
+            lambda p: (fake_run(p.parent, "full"), export_folder(p, mark=False)),
+            "is the init-weights folder of a `dojo train` run",
+        ),
+        (
+            "m",
+            lambda p: (export_folder(p, mark=False), (p / "sub").mkdir()),
+            "not an earlier export",
+        ),
+        ("m", lambda p: (export_folder(p), (p / "generation_config.json").unlink()), None),
+    ],
+    ids=["run", "checkpoint", "run-subfolder", "model-with-subfolder", "marked-export"],
+)
+def test_force_replaces_only_an_export(
+    tmp_path: Path, name: str, make: Any, why: str | None
+) -> None:
+    """--force on another run, a checkpoint or a folder of a run is refused, not replaced; a
+    folder `dojo export` wrote (its mark says so) is replaced."""
+    run = fake_run(tmp_path / "mine")
+    dest = tmp_path / "other" / name
+    make(dest)
+    if why is None:
+        assert export_target(run, str(dest), force=True) == dest
+        return
+    with pytest.raises(DojoError) as e:
+        export_target(run, str(dest), force=True)
+    assert why in e.value.message and "--force only replaces an earlier export" in e.value.message
+    assert e.value.message.startswith(f"-o {str(dest)!r}") and "-o" in (e.value.hint or "")
+    with pytest.raises(DojoError, match="only replaces"):  # without --force: no "pass --force"
+        export_target(run, str(dest), force=False)
+
+
+def test_force_replaces_an_export_from_before_the_mark(tmp_path: Path) -> None:
+    run = fake_run(tmp_path / "run")
+    old = export_folder(tmp_path / "chat-model", mark=False)
+    assert export_target(run, str(old), force=True) == old
+
+
+def test_unwritable_export_folder_has_a_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = fake_run(tmp_path / "run")
+    monkeypatch.setattr(outputs.os, "access", lambda path, mode: False)  # root writes anywhere
+    with pytest.raises(DojoError, match="is not writable") as e:
+        export_target(run, str(tmp_path / "ro" / "y"), force=False)
+    assert str(tmp_path) in e.value.message  # the nearest folder that exists
+    assert "write to" in (e.value.hint or "") and "permissions" in (e.value.hint or "")
 
 
 def test_repo_id_and_login_checked_before_merging(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -226,6 +363,7 @@ def test_push_calls_upload_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
         "folder_path": str(tmp_path / "export"),
         "repo_type": "model",
         "commit_message": "dojo export of run",
+        "ignore_patterns": [".dojo-export"],  # dojo's own mark stays local
     }
 
     def fail(*a: Any, **kw: Any) -> None:
@@ -261,6 +399,34 @@ def test_cli_bad_input_is_one_error_line(
     assert lines[0].startswith("error: ") and needle in lines[0], r.stderr
     assert len(lines) == 2 and lines[1].startswith("hint: ")
     assert not (run / "export").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value, why",
+    [
+        ("--temperature", "nan", "must be a number of at least 0"),
+        ("--temperature", "inf", "must be a number of at least 0"),
+        ("--temperature", "-inf", "must be a number of at least 0"),
+        ("--temperature", "1e400", "must be a number of at least 0"),  # inf once parsed
+        ("--temperature", "-1", "out of range: of at least 0"),
+        ("--temperature", "warm", "must be a number of at least 0"),
+        ("--max-new-tokens", "0", "out of range: of at least 1"),
+        ("--max-new-tokens", "abc", "must be a whole number of at least 1"),
+        ("--max-new-tokens", "2.5", "must be a whole number of at least 1"),
+        ("--max-new-tokens", "nan", "must be a whole number of at least 1"),
+    ],
+)
+def test_chat_numbers_are_checked_as_train_checks_them(
+    cli: Any, tmp_path: Path, flag: str, value: str, why: str
+) -> None:
+    """NaN and inf are refused (a float range lets them through and sampling printed garbage),
+    and every bad number is exit 1 with an example, as in dojo train."""
+    r = cli("chat", str(fake_run(tmp_path / "run")), "--prompt", "hi", flag, value)
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr.splitlines() == [
+        f"error: {flag} {value!r}: {why}",
+        f"hint: e.g. {flag} {'0' if flag == '--temperature' else '256'}",
+    ]
 
 
 @pytest.mark.parametrize("command", ["chat", "export"])

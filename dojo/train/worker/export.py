@@ -3,8 +3,9 @@
 An adapter is merged into its base loaded unquantized in --dtype (PEFT merge_and_unload; never
 into 4-bit weights); a full fine-tune is re-saved the same way. The folder gets safetensors, the
 tokenizer with the chat template the run trained with, and generation_config.json whose eos ids
-include the template's end-of-turn token (what vLLM and generate() stop on). Written to a
-temporary folder beside OUT and renamed, so OUT is never half-written.
+include the template's end-of-turn token (what vLLM and generate() stop on), and the mark that
+lets a later --force replace it (outputs.EXPORT_MARK). Written to a temporary folder beside OUT
+and renamed, so OUT is never half-written.
 """
 
 import copy
@@ -18,7 +19,7 @@ from transformers import GenerationConfig
 
 from dojo import _output
 from dojo.errors import DojoError
-from dojo.train.outputs import RunOutput, stop_texts
+from dojo.train.outputs import EXPORT_MARK, RunOutput, stop_texts
 from dojo.train.worker.serve import (
     DTYPES,
     load_model,
@@ -57,17 +58,30 @@ def export(out: RunOutput, dest: Path, *, dtype: str, force: bool) -> Path:
         )
     model.generation_config = gen
     tokenizer.chat_template = template.source
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    except OSError as e:
+        raise _cannot_write(dest, e) from None
     try:
         model.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
         gen.save_pretrained(str(tmp))
+        (tmp / EXPORT_MARK).write_text(f"written by dojo export from {out.folder}\n")
         _replace(tmp, dest, force=force)
+    except OSError as e:  # ENOSPC, EDQUOT, EIO: nothing half-written is left
+        raise _cannot_write(dest, e) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def _cannot_write(dest: Path, e: OSError) -> DojoError:
+    return DojoError(
+        f"export folder {str(dest)!r}: cannot write it ({e.strerror or e})",
+        hint="check free space and permissions there, or choose another folder with -o",
+    )
 
 
 def _replace(tmp: Path, dest: Path, *, force: bool) -> None:

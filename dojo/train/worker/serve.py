@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer
 
 from dojo.errors import DojoError
+from dojo.safe_load import clip
 from dojo.train.outputs import RunOutput, StopText, stop_texts, template_ref
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+GREEDY_BELOW = 1e-5
+"""Temperatures under this answer greedily, as vLLM's do: logits divided by 1e-300 overflow
+to inf and sampling fails, and sampling that cold is greedy decoding anyway."""
 
 
 def quiet() -> None:
@@ -49,10 +53,35 @@ def pick_device(flag: str) -> str:
     return flag
 
 
+@contextlib.contextmanager
+def loading(out: RunOutput, what: str) -> Iterator[None]:
+    """A loader's failure on the run's files is one error naming what was loaded. The cheap
+    checks (dojo.train.outputs.check_files) catch damaged files first; this is for what they
+    cannot see, e.g. a tokenizer.json of another format or weights that do not fit config.json.
+    The loaders raise anything (tokenizers a bare Exception, transformers KeyError, OSError...)."""
+    try:
+        yield
+    except (DojoError, MemoryError, torch.OutOfMemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - see above: user files, whatever the loader says
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise DojoError(
+            f"RUN_DIR {str(out.folder)!r}: {what} cannot be loaded "
+            f"({type(e).__name__}: {clip(first, 300)})",
+            hint="its files are damaged or do not match each other: copy them again, or use "
+            "another checkpoint (DOJO_DEBUG=1 shows the traceback)",
+        ) from e
+
+
+def _in(out: RunOutput, path: str | Path) -> str:
+    return "" if Path(path) == out.folder else f" in {path}"
+
+
 def load_tokenizer(out: RunOutput) -> Any:
-    return AutoTokenizer.from_pretrained(
-        out.tokenizer, trust_remote_code=out.run.model.trust_remote_code
-    )
+    with loading(out, f"the tokenizer{_in(out, out.tokenizer)}"):
+        return AutoTokenizer.from_pretrained(
+            out.tokenizer, trust_remote_code=out.run.model.trust_remote_code
+        )
 
 
 def load_model(
@@ -64,7 +93,8 @@ def load_model(
     if device != "cpu":  # straight onto the GPU, never a whole copy in host memory first
         kw["device_map"] = {"": device}
     if out.kind != "adapter":
-        return _serving(AutoModelForCausalLM.from_pretrained(str(out.weights), **kw))
+        with loading(out, f"the model{_in(out, out.weights)}"):
+            return _serving(AutoModelForCausalLM.from_pretrained(str(out.weights), **kw))
     from peft import PeftModel
 
     # A Hub base is loaded at the revision the run trained on (--revision).
@@ -73,11 +103,13 @@ def load_model(
         if out.run.model.revision and not Path(str(out.base)).is_dir()
         else None
     )
-    base = _serving(AutoModelForCausalLM.from_pretrained(str(out.base), **kw, revision=rev))
+    with loading(out, f"the adapter's base model {out.base}"):
+        base = _serving(AutoModelForCausalLM.from_pretrained(str(out.base), **kw, revision=rev))
     if len(tokenizer) > base.get_input_embeddings().num_embeddings:
         # Tokens added for the template: the adapter saved the resized rows (PEFT docs).
         base.resize_token_embeddings(len(tokenizer))
-    model = PeftModel.from_pretrained(base, str(out.weights))
+    with loading(out, f"the adapter{_in(out, out.weights)}"):
+        model = PeftModel.from_pretrained(base, str(out.weights))
     return model.merge_and_unload() if merge else model
 
 
@@ -158,7 +190,7 @@ class Session:
             "pad_token_id": _first(self.tokenizer.pad_token_id, *self.eos_ids),
             "streamer": streamer,
         }
-        if temperature > 0:
+        if temperature >= GREEDY_BELOW:
             kw.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
         else:
             kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
