@@ -376,9 +376,7 @@ def check_output(run: Run, spec: Any, *, force: bool) -> None:
             f"--output-dir {run.output.output_dir}: {parent} is not writable",
             hint="choose another folder",
         )
-    held = {p.name for p in out.iterdir()} if out.is_dir() else set()
-    planned_only = DRY_RUN_MARK in held and held <= DRY_RUN_FILES
-    if held and not planned_only and not run.output.resume and not force:
+    if holds_run(out) and not run.output.resume and not force:
         raise LaunchError(
             f"--output-dir {run.output.output_dir} already holds files (an earlier run?)",
             hint="pass --resume to continue it, --force to train into it anyway, or choose another folder",
@@ -398,6 +396,14 @@ def check_output(run: Run, spec: Any, *, force: bool) -> None:
                 f"{need / GIB:.1f} GiB ({what})",
                 hint="free disk space, lower --save-total-limit, or choose a folder on a larger disk",
             )
+
+
+def holds_run(folder: str | Path) -> bool:
+    """The folder holds files other than an earlier dry run's: a run that a launch overwrites
+    only with --resume or --force, and a dry run never touches."""
+    out = Path(folder)
+    held = {p.name for p in out.iterdir()} if out.is_dir() else set()
+    return bool(held) and not (DRY_RUN_MARK in held and held <= DRY_RUN_FILES)
 
 
 def check_resume(run: Run, model_kind: str = "tiny") -> str | None:

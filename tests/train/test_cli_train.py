@@ -87,6 +87,39 @@ def test_dry_run_prints_command_and_config(cli, model_dir: Path, tmp_path: Path,
     ]
 
 
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_dry_run_leaves_a_trained_run_as_it_is(cli, model_dir: Path, tmp_path: Path) -> None:
+    """chat, export and --resume read train.json as the record of the weights beside it: a dry
+    run with other settings (--resume, --force) must not rewrite it or drop checkpoints."""
+    out = tmp_path / "run"
+    base = ["train", "--model", str(model_dir), "--data", "org/chats", "--nproc", "1",
+            "-o", str(out)]  # fmt: skip
+    with _gpus([]):
+        assert cli(*base, "--seq-len", "64", "--dry-run").exit_code == 0
+    (out / ".dojo-dry-run").unlink()  # as the launch leaves it, trained:
+    (out / "model.safetensors").write_bytes(b"weights")
+    ckpt = out / "checkpoint-2"
+    ckpt.mkdir()
+    (ckpt / "dojo_checkpoint.json").write_text(json.dumps({"world_size": 1, "step": 2}))
+    before = _snapshot(out)
+    for more in (["--resume"], ["--force"]):
+        with _gpus([]):
+            r = cli(*base, *more, "--seq-len", "128", "--max-steps", "3", "--dry-run")
+        assert r.exit_code == 0, r.stderr
+        assert f"note: --dry-run wrote nothing: {out.resolve()} holds a run" in r.stderr
+        assert "run files:" not in r.stderr
+        assert "--module dojo.train.worker" in r.stdout
+        assert _snapshot(out) == before, more
+    assert json.loads((out / "train.json").read_text())["run"]["data"]["seq_len"] == 64
+
+
 def test_dry_run_plans_gpus_that_are_not_here(cli, model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
     with _gpus([]):
@@ -387,7 +420,8 @@ def test_verdict_refuses_does_not_fit_and_warns_on_tight() -> None:
 def test_dry_run_without_deepspeed(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
     out = tmp_path / "run"
     (out).mkdir()
-    (out / "ds_config.json").write_text("{}")  # an earlier run's: it would tell a wrong story
+    (out / "ds_config.json").write_text("{}")  # an earlier plan's: it would tell a wrong story
+    (out / ".dojo-dry-run").touch()
     with _gpus(H200):
         r = cli(
             "train", "--model", str(model_dir), "--data", "org/chats", "--gpus", "0,1",
