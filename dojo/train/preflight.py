@@ -8,6 +8,7 @@ point. Each failure is one DojoError naming the flag and the fix.
 import importlib.util
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -371,11 +372,7 @@ def check_output(run: Run, spec: Any, *, force: bool) -> None:
     parent = out
     while not parent.exists():
         parent = parent.parent
-    if not os.access(parent, os.W_OK):
-        raise LaunchError(
-            f"--output-dir {run.output.output_dir}: {parent} is not writable",
-            hint="choose another folder",
-        )
+    _check_writable(run.output.output_dir, out, parent)
     if holds_run(out) and not run.output.resume and not force:
         raise LaunchError(
             f"--output-dir {run.output.output_dir} already holds files (an earlier run?)",
@@ -392,10 +389,34 @@ def check_output(run: Run, spec: Any, *, force: bool) -> None:
         if free < need:
             what = f"{n_ckpt} checkpoints" + (" + final weights" if final else "")
             raise LaunchError(
-                f"--output-dir {run.output.output_dir}: {free / GIB:.1f} GiB free, this run writes about "
-                f"{need / GIB:.1f} GiB ({what})",
+                f"--output-dir {run.output.output_dir}: {_size(free)} free, this run writes about "
+                f"{_size(need)} ({what})",
                 hint="free disk space, lower --save-total-limit, or choose a folder on a larger disk",
             )
+
+
+def _check_writable(flag_value: str, out: Path, parent: Path) -> None:
+    """``parent`` (``out``, or its nearest existing folder) takes new files and folders. A folder
+    still to be made is made and removed once, in ``parent``: root passes the permission check
+    where the filesystem refuses anything new (/proc, /sys)."""
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise LaunchError(
+            f"--output-dir {flag_value}: {parent} is not writable", hint="choose another folder"
+        )
+    if parent == out:
+        return  # it exists: a run's folder is never written to by a check
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".dojo-check-", dir=parent))
+    except OSError as e:
+        raise LaunchError(
+            f"--output-dir {flag_value}: no folder can be created in {parent} ({e.strerror})",
+            hint="choose a folder on a filesystem you can write to",
+        ) from None
+
+
+def _size(n: float) -> str:
+    """GiB, or MiB below a tenth of one: a tiny model's run does not write "0.0 GiB"."""
+    return f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:.0f} MiB"
 
 
 def holds_run(folder: str | Path) -> bool:

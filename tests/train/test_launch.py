@@ -13,6 +13,7 @@ import pytest
 
 from dojo.errors import ConfigError, LaunchError, MissingExtraError
 from dojo.gpus import Gpu
+from dojo.modelspec import resolve_model
 from dojo.run.run import Run
 from dojo.train import checkpoints, launch, preflight
 from dojo.train.launch import Devices
@@ -251,6 +252,33 @@ def test_no_save_model_needs_no_room_for_final_weights(tmp_path: Path, monkeypat
     with pytest.raises(LaunchError, match=r"\(0 checkpoints \+ final weights\)"):
         preflight.check_output(cfg, spec, force=False)
     preflight.check_output(cfg.replace(save_model=False), spec, force=False)
+
+
+def test_output_dir_where_nothing_can_be_created(tmp_path: Path) -> None:
+    """/proc passes root's permission check, then refuses any new folder: that is the problem
+    to name, not the free disk it reports (0)."""
+    if not Path("/proc").is_dir():
+        pytest.skip("needs Linux /proc")
+    spec = resolve_model("1b")
+    with pytest.raises(LaunchError) as e:
+        preflight.check_output(run_of(output_dir="/proc/dojo-run"), spec, force=False)
+    assert e.value.message in (
+        "--output-dir /proc/dojo-run: no folder can be created in /proc (No such file or directory)",
+        "--output-dir /proc/dojo-run: /proc is not writable",  # not root
+    )
+    preflight.check_output(run_of(output_dir=str(tmp_path / "a" / "b")), None, force=False)
+    assert list(tmp_path.iterdir()) == []  # the check left nothing behind
+
+
+def test_small_disk_figures_in_mib(tmp_path: Path, monkeypatch) -> None:
+    from dojo.train.tiny import TINY_CONFIG
+
+    usage = shutil.disk_usage(tmp_path)._replace(free=0)
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda p: usage)
+    with pytest.raises(LaunchError, match=r": 0 MiB free, this run writes about \d+ MiB \("):
+        preflight.check_output(
+            run_of(output_dir=str(tmp_path / "run")), resolve_model(str(TINY_CONFIG)), force=False
+        )
 
 
 def test_unwritable_output_dir(tmp_path: Path) -> None:
