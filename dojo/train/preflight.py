@@ -210,6 +210,7 @@ def resolve_model(
         # As a path: a folder named like a built-in (Llama-3.2-1B) is that folder, as the worker
         # loads it, never the built-in shape of the same name.
         return "local", _resolve(model if model.startswith((".", "/", "~")) else f"./{model}")
+    _refuse_builtin_name(model)
     if model.startswith((".", "/", "~")) or model.endswith("/") or model.count("/") != 1:
         raise LaunchError(
             f"--model {model}: no such folder",
@@ -222,6 +223,23 @@ def resolve_model(
     if not dry_run:
         _check_weights_offline(model, revision)
     return "hub", spec
+
+
+def _refuse_builtin_name(model: str) -> None:
+    """Size aliases (7b) and architecture names (llama-3.1-8b) are shapes dojo knows, for
+    estimate and config: nothing to load weights or a tokenizer from."""
+    from dojo.architectures import ARCHITECTURES, SIZE_ALIASES
+
+    key = model.strip().lower()
+    if key not in SIZE_ALIASES and key not in ARCHITECTURES:
+        return
+    shape = f" ({SIZE_ALIASES[key]})" if key in SIZE_ALIASES else ""
+    raise LaunchError(
+        f"--model {model}{shape}: a built-in model shape without weights, for dojo estimate and "
+        "dojo config; dojo train needs a model folder or a Hub id",
+        hint="give the model's folder (config.json, weights, tokenizer) or its Hub id, e.g. "
+        "--model meta-llama/Llama-2-7b-hf",
+    )
 
 
 def _check_weights_offline(repo_id: str, revision: str | None) -> None:

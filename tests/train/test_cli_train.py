@@ -195,6 +195,11 @@ def test_config_file_and_flag_precedence(cli, model_dir: Path, tmp_path: Path, n
         (["--gpus", "0,5"], "error: --gpus '0,5': GPU 5 does not exist"),
         (["--gpus", "0,0"], "error: --gpus '0,0': GPU 0 is listed twice"),
         (["--model", "./does-not-exist"], "error: --model ./does-not-exist: no such folder"),
+        (
+            ["--model", "7b"],
+            "error: --model 7b (llama-2-7b): a built-in model shape without "
+            "weights, for dojo estimate and dojo config; dojo train needs a model folder or a Hub id",
+        ),
         (["--zero", "5"], "error: --zero '5': choose one of none, 0, 1, 2, 3"),
         (["--method", "qlora", "--nproc", "1"], "error: --method qlora needs an NVIDIA GPU"),
         (["--offload-param", "cpu"], "error: --offload-param cpu needs --zero 3"),
