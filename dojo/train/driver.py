@@ -48,6 +48,7 @@ def plan(
         options, machine=machine, spec=spec, gpus=devices.ids, gpus_per_node=per_node, given=given
     )
     preflight.check_init(run, kind)
+    preflight.check_model_files(run, kind)
     preflight.check_quantized(run, spec)
     preflight.check_template(run.model.template, run.model.model, kind)
     added = vocab.check_before_launch(run, run.model.model if kind == "local" else None)

@@ -1,8 +1,9 @@
 """Everything ``dojo train`` checks before it launches, cheaply and without the training stack.
 
-GPUs, extras (``importlib.util.find_spec``, nothing imported), model config and weights, chat
-template, data (>= 1 valid row), output folder (writable, free disk, no run clobbered), resume
-point. Each failure is one DojoError naming the flag and the fix.
+GPUs, extras (``importlib.util.find_spec``, nothing imported), model config, weights (their
+headers: dojo.train.weights_check) and tokenizer files, chat template, data (>= 1 valid row),
+output folder (writable, free disk, no run clobbered), resume point. Each failure is one
+DojoError naming the flag and the fix.
 """
 
 import importlib.util
@@ -273,6 +274,17 @@ def check_init(run: Run, model_kind: str) -> None:
             "(*.safetensors or pytorch_model*.bin)",
             hint="copy the weights there, or pass --init random to train from seeded random weights",
         )
+
+
+def check_model_files(run: Run, model_kind: str) -> None:
+    """A local folder's weight headers (unless --init random) and tokenizer JSON read whole: a
+    damaged file is named here, not in every rank's traceback at load."""
+    if model_kind != "local":
+        return
+    from dojo.train.weights_check import check_model_folder
+
+    model = str(run.model.model)
+    check_model_folder(Path(model).expanduser(), model, weights=run.model.init == "pretrained")
 
 
 def check_quantized(run: Run, spec: Any) -> None:

@@ -8,6 +8,7 @@ from unittest.mock import patch
 import pytest
 
 from dojo.gpus import Gpu
+from tests.helpers.train import NO_TENSORS
 
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -31,7 +32,7 @@ def model_dir(tmp_path: Path) -> Path:
     d.mkdir()
     (d / "config.json").write_text(json.dumps(TINY_LLAMA))
     (d / "chat_template.jinja").write_text((REPO / "templates/chat/chatml.jinja").read_text())
-    (d / "model.safetensors").write_bytes(b"")  # a dry run never loads it; it must exist
+    (d / "model.safetensors").write_bytes(NO_TENSORS)  # a dry run never loads it; it must exist
     return d
 
 
@@ -145,8 +146,25 @@ def test_folder_without_weights_needs_init_random(cli, model_dir: Path, tmp_path
         r = cli(*base, "-o", str(tmp_path / "a"))
         assert r.exit_code == 1 and "no weights" in r.stderr and "--init random" in r.stderr
         assert cli(*base, "-o", str(tmp_path / "b"), "--init", "random").exit_code == 0
-        (model_dir / "pytorch_model.bin").write_bytes(b"")
+        (model_dir / "pytorch_model.bin").write_bytes(b"PK\x03\x04")  # torch.save's zip
         assert cli(*base, "-o", str(tmp_path / "c")).exit_code == 0
+
+
+def test_damaged_model_files_refused_before_launch(cli, model_dir: Path, tmp_path: Path) -> None:
+    """Weights cut short and a tokenizer that is not JSON: named before launch, not in every
+    rank's traceback while loading."""
+    base = ["train", "--model", str(model_dir), "--data", "org/chats", "--nproc", "1", "--dry-run"]
+    (model_dir / "model.safetensors").write_bytes(b"\x8fgarbage")
+    with _gpus([]):
+        r = cli(*base, "-o", str(tmp_path / "a"))
+        assert r.exit_code == 1
+        assert r.stderr.startswith(f"error: --model {model_dir}: model.safetensors is damaged: ")
+        assert len(r.stderr.splitlines()) == 2 and not (tmp_path / "a").exists()
+        assert cli(*base, "-o", str(tmp_path / "b"), "--init", "random").exit_code == 0
+        (model_dir / "tokenizer.json").write_text("{")
+        r = cli(*base, "-o", str(tmp_path / "c"), "--init", "random")
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"error: --model {model_dir}: tokenizer.json is damaged: not valid")
 
 
 def test_folder_named_like_a_builtin_is_estimated_from_its_config(
