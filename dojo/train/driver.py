@@ -266,8 +266,8 @@ def main(
     # A dry run into a run's folder (--resume, --force) leaves it as it is: chat, export and a
     # later --resume read its train.json as the record of the weights there.
     writes = not (dry_run and preflight.holds_run(run_dir))
-    model_path, tokenizer_path = _prepare_model(p, run_dir, materialize=writes)
     if writes:
+        model_path, tokenizer_path = _prepare_model(p, run_dir)
         rec = record(p, run_dir, model_path, tokenizer_path)
         _write_run_files(run_dir, rec, ds, force=force or run.output.resume, dry_run=dry_run)
     shown = launch.format_command(cmd, env)
@@ -330,9 +330,8 @@ def final_line(run_dir: Path, wall_s: float) -> str:
     return describe(summary, run_dir, wall_s)
 
 
-def _prepare_model(p: Plan, run_dir: Path, *, materialize: bool = True) -> tuple[str, str]:
-    """(model path, tokenizer path); the tiny default is written into the run folder (unless
-    ``materialize`` is off: a dry run that writes nothing there)."""
+def _prepare_model(p: Plan, run_dir: Path) -> tuple[str, str]:
+    """(model path, tokenizer path); the tiny default is written into the run folder."""
     if p.model_kind != "tiny":
         model = str(p.run.model.model)
         ref = str(Path(model).expanduser().resolve()) if p.model_kind == "local" else model
@@ -348,7 +347,7 @@ def _prepare_model(p: Plan, run_dir: Path, *, materialize: bool = True) -> tuple
             hint="pip install -e '.[train]' in dojo's clone",
         )
     folder = run_dir / "tiny-model"
-    if materialize and not (folder / "config.json").is_file():
+    if not (folder / "config.json").is_file():
         run_dir.mkdir(parents=True, exist_ok=True)
         materialize_tiny_model(folder)
     return str(folder), str(folder)
