@@ -9,6 +9,7 @@ that holds a run (--resume, --force): that one it leaves as it is.
 """
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -32,10 +33,13 @@ def plan(
     present: list[Any] | None = None,
 ) -> Plan:  # fmt: skip
     """Every check, cheapest first; raises one DojoError on the first failure."""
-    from dojo.gpus import list_gpus
+    from dojo.gpus import VISIBLE_ENV, list_gpus
 
     found = list_gpus() if present is None else present
-    machine, devices, notes = preflight.place(options.devices, found, dry_run=dry_run)
+    visible = os.environ.get(VISIBLE_ENV)
+    machine, devices, notes = preflight.place(
+        options.devices, found, dry_run=dry_run, visible=visible
+    )
     preflight.check_extras(
         options.model.method, devices, dry_run=dry_run, objective=options.objective.objective
     )

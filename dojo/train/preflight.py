@@ -61,12 +61,13 @@ class Plan:
 
 
 def place(
-    opts: DeviceOptions, present: list[Any], *, dry_run: bool
+    opts: DeviceOptions, present: list[Any], *, dry_run: bool, visible: str | None = None
 ) -> tuple[Machine, Devices, list[str]]:
     """Where the ranks run: --nproc CPU processes, --gpus/--num-gpus/all GPUs, or the hostfile.
 
     GPUs named on a machine without them are refused, except with --dry-run, which plans them
-    for an assumed CUDA machine (the printed command is for that machine)."""
+    for an assumed CUDA machine (the printed command is for that machine). ``visible``: this
+    process's CUDA_VISIBLE_DEVICES, which picks among the GPUs here (see _visible_ids)."""
     notes: list[str] = []
     gpus, num, nproc = opts.gpus, opts.num_gpus, opts.nproc
     if sum(x is not None for x in (gpus, num, nproc)) > 1:
@@ -93,12 +94,18 @@ def place(
     if present:
         machine = local(present)
     if opts.hostfile is not None:
+        if visible is not None:
+            notes.append(f"warning: {gpus_mod.show_visible(visible)} is not used: the hostfile's "
+                         "slots= pick the GPUs on each machine")  # fmt: skip
         return (machine if present else assumed_cuda()), Devices("cuda", tuple(here)), notes
-    if gpus is None and num is None:
+    if visible is not None and present:
+        ids, said = _visible_ids(gpus, num, visible, here)
+        notes += said
+    elif gpus is None and num is None:
         if not present:
             return _cpu(), Devices("cpu", (0,)), notes
         return machine, Devices("cuda", tuple(here)), notes
-    if num is not None:
+    elif num is not None:
         if present and num > len(here):
             raise LaunchError(
                 f"--num-gpus {num}: this machine has {len(here)} GPU(s)",
@@ -130,6 +137,43 @@ def place(
     # The verdict is against the smallest of the GPUs the run uses, not of all on the machine.
     smallest = min(g.memory_gib for g in present if g.index in ids)
     return replace(machine, gpu_memory_gib=smallest), Devices("cuda", ids), notes
+
+
+def _visible_ids(
+    gpus: str | None, num: int | None, visible: str, here: list[int]
+) -> tuple[tuple[int, ...], list[str]]:
+    """The GPUs a run uses where CUDA_VISIBLE_DEVICES is set, as DeepSpeed's own runner reads it
+    (nvidia-smi's indices). The runner sets CUDA_VISIBLE_DEVICES for each rank from --include,
+    and would drop the user's with a notice: dojo turns it into --include. Without --gpus it
+    picks the GPUs (--num-gpus takes the first of them); --gpus naming a GPU it hides is refused
+    rather than one of the two silently ignored."""
+    shown = gpus_mod.show_visible(visible)
+    seen = gpus_mod.visible_gpus(visible, here)
+    if gpus is not None and gpus.strip() != "all":
+        ids = gpus_mod.parse_gpus(gpus, here)
+        hidden = [i for i in ids if i not in seen]
+        if hidden:
+            raise LaunchError(
+                f"--gpus {shorten(gpus)}: GPU {hidden[0]} is hidden by {shown}",
+                hint=f"unset {gpus_mod.VISIBLE_ENV} to use --gpus {gpus.strip()} (nvidia-smi's "
+                f"numbers), or drop --gpus to use {_gpu_words(seen)}",
+            )
+        return ids, []
+    if num is not None:
+        if num > len(seen):
+            raise LaunchError(
+                f"--num-gpus {num}: {shown} shows {len(seen)} GPU(s)",
+                hint=f"use --num-gpus {len(seen)} or fewer, or unset {gpus_mod.VISIBLE_ENV} to "
+                "count every GPU here",
+            )
+        ids = tuple(sorted(seen[:num]))
+        return ids, [f"assumed: {_gpu_words(ids)}: --num-gpus {num} takes the first of {shown} "
+                     "(nvidia-smi's numbers)"]  # fmt: skip
+    return tuple(sorted(seen)), [f"assumed: {_gpu_words(seen)} from {shown} (nvidia-smi's numbers)"]
+
+
+def _gpu_words(ids: tuple[int, ...]) -> str:
+    return f"GPU {ids[0]}" if len(ids) == 1 else f"GPUs {gpus_mod.describe_ids(list(ids))}"
 
 
 def _hostfile_notes(path: str, num_nodes: int) -> list[str]:

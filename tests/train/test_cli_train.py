@@ -139,6 +139,71 @@ def test_dry_run_plans_gpus_that_are_not_here(cli, model_dir: Path, tmp_path: Pa
     assert not (tmp_path / "o2").exists()
 
 
+@pytest.mark.parametrize(
+    ("visible", "args", "include", "said"),
+    [
+        ("1", [], "localhost:1", "assumed: GPU 1 from CUDA_VISIBLE_DEVICES=1 (nvidia-smi's numbers)"),
+        ("1", ["--gpus", "all"], "localhost:1", "assumed: GPU 1 from CUDA_VISIBLE_DEVICES=1"),
+        ("1", ["--gpus", "1"], "localhost:1", ""),
+        ("1,0", ["--num-gpus", "1"], "localhost:1",
+         "assumed: GPU 1: --num-gpus 1 takes the first of CUDA_VISIBLE_DEVICES=1,0"),
+        ("0,1", [], "localhost:0,1", "assumed: GPUs 0,1 from CUDA_VISIBLE_DEVICES=0,1"),
+    ],
+)  # fmt: skip
+def test_cuda_visible_devices_picks_the_gpus(
+    cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch: pytest.MonkeyPatch,
+    visible: str, args: list[str], include: str, said: str,
+) -> None:  # fmt: skip
+    """DeepSpeed's runner reads CUDA_VISIBLE_DEVICES as the GPUs to include only when it gets no
+    --include, and dojo always passes one: dojo reads it instead, as the same indices."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", *args,
+                "-o", str(tmp_path / "o"), "--dry-run")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert f"--include {include} " in r.stdout
+    assert r.stdout.startswith("CUDA_DEVICE_ORDER=PCI_BUS_ID ")  # nvidia-smi's order in the ranks
+    assert said in r.stderr
+    assert ("CUDA_VISIBLE_DEVICES" in r.stderr) == bool(said)
+
+
+@pytest.mark.parametrize(
+    ("visible", "args", "message", "hint"),
+    [
+        ("1", ["--gpus", "0"], "error: --gpus '0': GPU 0 is hidden by CUDA_VISIBLE_DEVICES=1",
+         "hint: unset CUDA_VISIBLE_DEVICES to use --gpus 0 (nvidia-smi's numbers), or drop --gpus "
+         "to use GPU 1"),
+        ("1", ["--num-gpus", "2"], "error: --num-gpus 2: CUDA_VISIBLE_DEVICES=1 shows 1 GPU(s)",
+         "hint: use --num-gpus 1 or fewer, or unset CUDA_VISIBLE_DEVICES"),
+        ("", [], "error: CUDA_VISIBLE_DEVICES='' hides every GPU", "hint: unset"),
+        ("7", [], "error: CUDA_VISIBLE_DEVICES=7: GPU 7 does not exist", "hint: unset"),
+    ],
+)  # fmt: skip
+def test_cuda_visible_devices_contradicted_is_one_line(
+    cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch: pytest.MonkeyPatch,
+    visible: str, args: list[str], message: str, hint: str,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", *args,
+                "-o", str(tmp_path / "o"), "--dry-run")  # fmt: skip
+    assert r.exit_code == 1
+    assert r.stderr.splitlines() == [message, r.stderr.splitlines()[1]], r.stderr
+    assert r.stderr.splitlines()[1].startswith(hint), r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_cuda_visible_devices_does_not_bind_cpu_runs(
+    cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "--nproc", "2",
+                "-o", str(tmp_path / "o"), "--dry-run")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "--include localhost:0,1 " in r.stdout and "CUDA_VISIBLE_DEVICES" not in r.stderr
+
+
 def test_folder_without_weights_needs_init_random(cli, model_dir: Path, tmp_path: Path) -> None:
     (model_dir / "model.safetensors").unlink()
     base = ["train", "--model", str(model_dir), "--data", "org/chats", "--nproc", "1", "--dry-run"]

@@ -314,6 +314,18 @@ def test_exit_code_is_forwarded() -> None:
     assert launch.run([sys.executable, "-c", "pass"]) == 0
 
 
+def test_gpu_ranks_numbered_as_nvidia_smi_numbers_them() -> None:
+    """--include holds the GPUs (CUDA_VISIBLE_DEVICES read into it by preflight): the runner
+    gets no CUDA_VISIBLE_DEVICES to announce it ignores, and CUDA numbers the GPUs in nvidia-smi's
+    (PCI) order, not fastest first, so --include 1 is nvidia-smi's GPU 1 on mixed machines too."""
+    env = launch.launch_env(Devices("cuda", (1,)), base={"CUDA_VISIBLE_DEVICES": "1"})
+    assert "CUDA_VISIBLE_DEVICES" not in env and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    mine = launch.launch_env(Devices("cuda", (0,)), base={"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
+    assert mine["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+    cpu = launch.launch_env(Devices("cpu", (0,)), base={"CUDA_VISIBLE_DEVICES": "1"})
+    assert cpu["CUDA_VISIBLE_DEVICES"] == "1" and "CUDA_DEVICE_ORDER" not in cpu
+
+
 def test_expandable_segments_reach_the_ranks_environment() -> None:
     cuda = Devices("cuda", (0,))
     assert launch.launch_env(cuda, base={}, expandable=True)["PYTORCH_CUDA_ALLOC_CONF"] == (
@@ -325,5 +337,6 @@ def test_expandable_segments_reach_the_ranks_environment() -> None:
     assert "PYTORCH_CUDA_ALLOC_CONF" not in launch.launch_env(cuda, base={})
     shown = launch.format_command(["deepspeed", "x"], env)
     assert shown.startswith(
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID "
         "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64,expandable_segments:True "
     )
