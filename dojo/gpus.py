@@ -1,11 +1,14 @@
 """Which GPUs exist and which the user asked for, without importing torch.
 
 ``list_gpus()`` asks ``nvidia-smi`` (present wherever the NVIDIA driver is); ``parse_gpus()``
-validates ``--gpus`` against that list before anything is launched.
+validates ``--gpus`` against that list before anything is launched, ``visible_gpus()`` reads
+``CUDA_VISIBLE_DEVICES`` as the same indices.
 """
 
+import shlex
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dojo.errors import LaunchError
@@ -133,6 +136,79 @@ def parse_gpus(spec: str, present: list[int] | None) -> tuple[int, ...]:
         if missing:
             raise LaunchError(f"{flag}: GPU {missing[0]} does not exist", hint=hint)
     return tuple(sorted(ids))
+
+
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+def list_gpu_uuids() -> dict[int, str]:
+    """nvidia-smi index -> UUID (``GPU-...``); {} when nvidia-smi cannot say."""
+    out = _nvidia_smi("--query-gpu=index,uuid")
+    found: dict[int, str] = {}
+    for line in (out or "").strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and _is_index(parts[0]) and parts[1].lower().startswith("gpu-"):
+            found[int(parts[0])] = parts[1]
+    return found
+
+
+def show_visible(value: str) -> str:
+    """``CUDA_VISIBLE_DEVICES=1`` as a shell would take it (``=''`` when empty), cut short."""
+    return f"{VISIBLE_ENV}={clip(shlex.quote(value), 60)}"
+
+
+def visible_gpus(
+    value: str, present: list[int], uuids: Callable[[], dict[int, str]] = list_gpu_uuids
+) -> tuple[int, ...]:
+    """CUDA_VISIBLE_DEVICES as nvidia-smi indices, in its order: indices, or GPU UUIDs
+    (``GPU-...``, a unique prefix as CUDA takes them) looked up through nvidia-smi.
+
+    Refused: a value that hides every GPU (empty, or ``-1`` first, which CUDA reads as none), MIG
+    instances (DeepSpeed's launcher gives each rank a whole GPU by its index), and anything that
+    names no GPU here."""
+    shown = show_visible(value)
+    entries = [e.strip() for e in value.split(",")]
+    if not value.strip() or entries[0].startswith("-"):
+        raise LaunchError(
+            f"{shown} hides every GPU",
+            hint=f"unset {VISIBLE_ENV} to train on the GPUs, or pass --nproc N for CPU processes",
+        )
+    fix = f"unset {VISIBLE_ENV} and name GPUs with --gpus (GPUs present: {describe_ids(present)})"
+    ids: list[int] = []
+    for entry in entries:
+        index = _visible_index(entry, shown, present, uuids, fix)
+        if index in ids:
+            raise LaunchError(f"{shown}: GPU {index} is listed twice", hint=fix)
+        ids.append(index)
+    return tuple(ids)
+
+
+def _visible_index(
+    entry: str, shown: str, present: list[int], uuids: Callable[[], dict[int, str]], fix: str
+) -> int:
+    if entry.lower().startswith("mig-"):
+        raise LaunchError(
+            f"{shown}: {clip(entry, 60)} is a MIG instance; DeepSpeed's launcher gives each rank "
+            "a whole GPU by its index",
+            hint=fix,
+        )
+    if _is_index(entry) and len(entry) <= 4:
+        if int(entry) not in present:
+            raise LaunchError(f"{shown}: GPU {int(entry)} does not exist", hint=fix)
+        return int(entry)
+    if not entry.lower().startswith("gpu-"):
+        raise LaunchError(f"{shown}: {shorten(entry)} is not a GPU index or UUID", hint=fix)
+    known = uuids()
+    if not known:
+        raise LaunchError(
+            f"{shown}: nvidia-smi lists no GPU UUIDs to find {clip(entry, 60)} by",
+            hint=f"set {VISIBLE_ENV} to GPU indices (nvidia-smi's), or {fix}",
+        )
+    match = [i for i, u in known.items() if u.lower().startswith(entry.lower())]
+    if len(match) != 1:
+        what = "matches several GPUs" if match else "is no GPU's UUID here"
+        raise LaunchError(f"{shown}: {clip(entry, 60)} {what}", hint="`nvidia-smi -L` lists them")
+    return match[0]
 
 
 def process_memory_mib(pid: int, gpu_uuid: str) -> float | None:

@@ -63,6 +63,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"needs {need} CUDA GPU(s), found {gpus}"))
 
 
+@pytest.fixture(autouse=True)
+def _no_cuda_visible_devices(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dojo train reads CUDA_VISIBLE_DEVICES against the GPUs a test fakes: the value of the
+    machine running the tests must not pick among them (a test about it sets its own). Tests on
+    real GPUs keep it: there it picks the GPUs they run on."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
 @dataclass
 class CliResult:
     exit_code: int

@@ -294,7 +294,9 @@ def test_full_disk_is_found_before_launch(
     before = _snapshot(workspace)
     r = cli("train", "--method", "full", "--output-dir", "runs/full-disk")
     assert r.exit_code == 1, r.stderr
-    assert "error: --output-dir runs/full-disk: 0.0 GiB free, this run writes about" in r.stderr
+    assert (
+        "error: --output-dir runs/full-disk: 0 MiB free, this run writes about 18 MiB" in r.stderr
+    )
     assert "Traceback" not in r.stderr
     assert _snapshot(workspace) == before
 

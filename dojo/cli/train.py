@@ -33,7 +33,8 @@ def train_cmd(
         bool,
         typer.Option(
             "--dry-run",
-            help="Check, write the run files and print the exact launch command; launch nothing",
+            help="Check, write the run files (never into a folder holding a run) and print the exact "
+            "launch command; launch nothing",
         ),
     ] = False,
     print_config: Annotated[

@@ -4,10 +4,12 @@ A run without DeepSpeed (--zero none) writes no ds_config.json; DeepSpeed's runn
 the ranks (it is only the process launcher then) and the Trainer runs DDP across them.
 
 Nothing is written before every check passed. ``--dry-run`` launches nothing; it writes the run
-files the printed command references, so the command can be pasted and run.
+files the printed command references, so the command can be pasted and run, except into a folder
+that holds a run (--resume, --force): that one it leaves as it is.
 """
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -31,10 +33,13 @@ def plan(
     present: list[Any] | None = None,
 ) -> Plan:  # fmt: skip
     """Every check, cheapest first; raises one DojoError on the first failure."""
-    from dojo.gpus import list_gpus
+    from dojo.gpus import VISIBLE_ENV, list_gpus
 
     found = list_gpus() if present is None else present
-    machine, devices, notes = preflight.place(options.devices, found, dry_run=dry_run)
+    visible = os.environ.get(VISIBLE_ENV)
+    machine, devices, notes = preflight.place(
+        options.devices, found, dry_run=dry_run, visible=visible
+    )
     preflight.check_extras(
         options.model.method, devices, dry_run=dry_run, objective=options.objective.objective
     )
@@ -47,6 +52,7 @@ def plan(
         options, machine=machine, spec=spec, gpus=devices.ids, gpus_per_node=per_node, given=given
     )
     preflight.check_init(run, kind)
+    preflight.check_model_files(run, kind)
     preflight.check_quantized(run, spec)
     preflight.check_template(run.model.template, run.model.model, kind)
     added = vocab.check_before_launch(run, run.model.model if kind == "local" else None)
@@ -261,13 +267,24 @@ def main(
                      f"lr_scheduler_type={run.loop.lr_scheduler}, built by the Trainer (no "
                      "DeepSpeed)")  # fmt: skip
     _output.info(header(p))
-    model_path, tokenizer_path = _prepare_model(p, run_dir)
-    rec = record(p, run_dir, model_path, tokenizer_path)
-    _write_run_files(run_dir, rec, ds, force=force or run.output.resume, dry_run=dry_run)
+    # A dry run into a run's folder (--resume, --force) leaves it as it is: chat, export and a
+    # later --resume read its train.json as the record of the weights there.
+    writes = not (dry_run and preflight.holds_run(run_dir))
+    if writes:
+        model_path, tokenizer_path = _prepare_model(p, run_dir)
+        rec = record(p, run_dir, model_path, tokenizer_path)
+        _write_run_files(run_dir, rec, ds, force=force or run.output.resume, dry_run=dry_run)
     shown = launch.format_command(cmd, env)
     files = [run_dir / RUN_FILE] + ([run_dir / DS_FILE] if ds is not None else [])
     if dry_run:
-        _output.info(f"run files: {', '.join(map(str, files))}")
+        if writes:
+            _output.info(f"run files: {', '.join(map(str, files))}")
+        else:
+            _output.info(
+                f"note: --dry-run wrote nothing: {run_dir} holds a run, whose run files stay as "
+                "they are; the command below would read those, so launch this plan with the same "
+                "flags without --dry-run"
+            )
         _output.echo(shown)
         return 0
     _output.info(f"run config: {run_dir / RUN_FILE}")
@@ -293,13 +310,17 @@ def main(
                 "(DeepSpeed's 'exits with return code' line names the last rank it started, "
                 "not necessarily the one that failed)"
             )
-        _output.error(
-            f"training failed (launcher exit code {rc})",
-            f"see the rank output above; complete checkpoints in {run_dir} can be continued with --resume",
-        )
+        _output.error(f"training failed (launcher exit code {rc})", failure_hint(run_dir))
     else:
         _output.info(final_line(run_dir, time.monotonic() - started))
     return rc
+
+
+def failure_hint(run_dir: Path) -> str:
+    """Where to look; --resume only where a complete checkpoint is there to continue from."""
+    if checkpoints.latest_complete(run_dir) is None:
+        return "see the rank output above"
+    return f"see the rank output above; complete checkpoints in {run_dir} can be continued with --resume"
 
 
 def final_line(run_dir: Path, wall_s: float) -> str:

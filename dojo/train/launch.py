@@ -57,6 +57,13 @@ def launch_env(
     ``expandable``: PyTorch's expandable segments (the run's ``expandable_segments``), set before
     the processes start, as axolotl's CLI does: the allocator reads it once, at CUDA's first use."""
     env = dict(os.environ if base is None else base)
+    if devices.kind == "cuda":
+        # --include says which GPUs (preflight read the user's CUDA_VISIBLE_DEVICES into it); the
+        # runner would print that it ignores the variable, then set it per rank from --include.
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        # nvidia-smi's order, which --gpus and the memory checks use; CUDA's default puts the
+        # fastest GPU first, another card on a machine with mixed GPUs.
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     if expandable:
         env["PYTORCH_CUDA_ALLOC_CONF"] = with_expandable(env.get("PYTORCH_CUDA_ALLOC_CONF"))
     if devices.kind == "cpu":
@@ -87,7 +94,8 @@ def build_command(
     python: str = sys.executable,
 ) -> list[str]:
     """The exact runner argv: --include picks the GPUs (the runner ignores CUDA_VISIBLE_DEVICES
-    whenever --include/--num_gpus is given: DeepSpeed #662, #2980), --module runs the worker."""
+    whenever --include/--num_gpus is given: DeepSpeed #662, #2980; preflight reads it into the
+    ids), --module runs the worker."""
     cmd = [python, "-m", "deepspeed.launcher.runner"]
     if run.devices.hostfile is not None:
         # Multi-node: the hostfile lists the machines and their slots; --include would clash
@@ -112,7 +120,12 @@ def format_command(cmd: list[str], env: dict[str, str] | None = None) -> str:
     if env is not None:
         prefix = "".join(
             f"{k}={shlex.quote(env[k])} "
-            for k in ("DS_ACCELERATOR", "LOCAL_SIZE", "PYTORCH_CUDA_ALLOC_CONF")
+            for k in (
+                "DS_ACCELERATOR",
+                "LOCAL_SIZE",
+                "CUDA_DEVICE_ORDER",
+                "PYTORCH_CUDA_ALLOC_CONF",
+            )
             if k in env
         )
     return prefix + shlex.join(cmd)

@@ -1,13 +1,15 @@
 """Everything ``dojo train`` checks before it launches, cheaply and without the training stack.
 
-GPUs, extras (``importlib.util.find_spec``, nothing imported), model config and weights, chat
-template, data (>= 1 valid row), output folder (writable, free disk, no run clobbered), resume
-point. Each failure is one DojoError naming the flag and the fix.
+GPUs, extras (``importlib.util.find_spec``, nothing imported), model config, weights (their
+headers: dojo.train.weights_check) and tokenizer files, chat template, data (>= 1 valid row),
+output folder (writable, free disk, no run clobbered), resume point. Each failure is one
+DojoError naming the flag and the fix.
 """
 
 import importlib.util
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -59,12 +61,13 @@ class Plan:
 
 
 def place(
-    opts: DeviceOptions, present: list[Any], *, dry_run: bool
+    opts: DeviceOptions, present: list[Any], *, dry_run: bool, visible: str | None = None
 ) -> tuple[Machine, Devices, list[str]]:
     """Where the ranks run: --nproc CPU processes, --gpus/--num-gpus/all GPUs, or the hostfile.
 
     GPUs named on a machine without them are refused, except with --dry-run, which plans them
-    for an assumed CUDA machine (the printed command is for that machine)."""
+    for an assumed CUDA machine (the printed command is for that machine). ``visible``: this
+    process's CUDA_VISIBLE_DEVICES, which picks among the GPUs here (see _visible_ids)."""
     notes: list[str] = []
     gpus, num, nproc = opts.gpus, opts.num_gpus, opts.nproc
     if sum(x is not None for x in (gpus, num, nproc)) > 1:
@@ -91,12 +94,18 @@ def place(
     if present:
         machine = local(present)
     if opts.hostfile is not None:
+        if visible is not None:
+            notes.append(f"warning: {gpus_mod.show_visible(visible)} is not used: the hostfile's "
+                         "slots= pick the GPUs on each machine")  # fmt: skip
         return (machine if present else assumed_cuda()), Devices("cuda", tuple(here)), notes
-    if gpus is None and num is None:
+    if visible is not None and present:
+        ids, said = _visible_ids(gpus, num, visible, here)
+        notes += said
+    elif gpus is None and num is None:
         if not present:
             return _cpu(), Devices("cpu", (0,)), notes
         return machine, Devices("cuda", tuple(here)), notes
-    if num is not None:
+    elif num is not None:
         if present and num > len(here):
             raise LaunchError(
                 f"--num-gpus {num}: this machine has {len(here)} GPU(s)",
@@ -128,6 +137,43 @@ def place(
     # The verdict is against the smallest of the GPUs the run uses, not of all on the machine.
     smallest = min(g.memory_gib for g in present if g.index in ids)
     return replace(machine, gpu_memory_gib=smallest), Devices("cuda", ids), notes
+
+
+def _visible_ids(
+    gpus: str | None, num: int | None, visible: str, here: list[int]
+) -> tuple[tuple[int, ...], list[str]]:
+    """The GPUs a run uses where CUDA_VISIBLE_DEVICES is set, as DeepSpeed's own runner reads it
+    (nvidia-smi's indices). The runner sets CUDA_VISIBLE_DEVICES for each rank from --include,
+    and would drop the user's with a notice: dojo turns it into --include. Without --gpus it
+    picks the GPUs (--num-gpus takes the first of them); --gpus naming a GPU it hides is refused
+    rather than one of the two silently ignored."""
+    shown = gpus_mod.show_visible(visible)
+    seen = gpus_mod.visible_gpus(visible, here)
+    if gpus is not None and gpus.strip() != "all":
+        ids = gpus_mod.parse_gpus(gpus, here)
+        hidden = [i for i in ids if i not in seen]
+        if hidden:
+            raise LaunchError(
+                f"--gpus {shorten(gpus)}: GPU {hidden[0]} is hidden by {shown}",
+                hint=f"unset {gpus_mod.VISIBLE_ENV} to use --gpus {gpus.strip()} (nvidia-smi's "
+                f"numbers), or drop --gpus to use {_gpu_words(seen)}",
+            )
+        return ids, []
+    if num is not None:
+        if num > len(seen):
+            raise LaunchError(
+                f"--num-gpus {num}: {shown} shows {len(seen)} GPU(s)",
+                hint=f"use --num-gpus {len(seen)} or fewer, or unset {gpus_mod.VISIBLE_ENV} to "
+                "count every GPU here",
+            )
+        ids = tuple(sorted(seen[:num]))
+        return ids, [f"assumed: {_gpu_words(ids)}: --num-gpus {num} takes the first of {shown} "
+                     "(nvidia-smi's numbers)"]  # fmt: skip
+    return tuple(sorted(seen)), [f"assumed: {_gpu_words(seen)} from {shown} (nvidia-smi's numbers)"]
+
+
+def _gpu_words(ids: tuple[int, ...]) -> str:
+    return f"GPU {ids[0]}" if len(ids) == 1 else f"GPUs {gpus_mod.describe_ids(list(ids))}"
 
 
 def _hostfile_notes(path: str, num_nodes: int) -> list[str]:
@@ -209,6 +255,7 @@ def resolve_model(
         # As a path: a folder named like a built-in (Llama-3.2-1B) is that folder, as the worker
         # loads it, never the built-in shape of the same name.
         return "local", _resolve(model if model.startswith((".", "/", "~")) else f"./{model}")
+    _refuse_builtin_name(model)
     if model.startswith((".", "/", "~")) or model.endswith("/") or model.count("/") != 1:
         raise LaunchError(
             f"--model {model}: no such folder",
@@ -221,6 +268,23 @@ def resolve_model(
     if not dry_run:
         _check_weights_offline(model, revision)
     return "hub", spec
+
+
+def _refuse_builtin_name(model: str) -> None:
+    """Size aliases (7b) and architecture names (llama-3.1-8b) are shapes dojo knows, for
+    estimate and config: nothing to load weights or a tokenizer from."""
+    from dojo.architectures import ARCHITECTURES, SIZE_ALIASES
+
+    key = model.strip().lower()
+    if key not in SIZE_ALIASES and key not in ARCHITECTURES:
+        return
+    shape = f" ({SIZE_ALIASES[key]})" if key in SIZE_ALIASES else ""
+    raise LaunchError(
+        f"--model {model}{shape}: a built-in model shape without weights, for dojo estimate and "
+        "dojo config; dojo train needs a model folder or a Hub id",
+        hint="give the model's folder (config.json, weights, tokenizer) or its Hub id, e.g. "
+        "--model meta-llama/Llama-2-7b-hf",
+    )
 
 
 def _check_weights_offline(repo_id: str, revision: str | None) -> None:
@@ -254,6 +318,17 @@ def check_init(run: Run, model_kind: str) -> None:
             "(*.safetensors or pytorch_model*.bin)",
             hint="copy the weights there, or pass --init random to train from seeded random weights",
         )
+
+
+def check_model_files(run: Run, model_kind: str) -> None:
+    """A local folder's weight headers (unless --init random) and tokenizer JSON read whole: a
+    damaged file is named here, not in every rank's traceback at load."""
+    if model_kind != "local":
+        return
+    from dojo.train.weights_check import check_model_folder
+
+    model = str(run.model.model)
+    check_model_folder(Path(model).expanduser(), model, weights=run.model.init == "pretrained")
 
 
 def check_quantized(run: Run, spec: Any) -> None:
@@ -371,14 +446,8 @@ def check_output(run: Run, spec: Any, *, force: bool) -> None:
     parent = out
     while not parent.exists():
         parent = parent.parent
-    if not os.access(parent, os.W_OK):
-        raise LaunchError(
-            f"--output-dir {run.output.output_dir}: {parent} is not writable",
-            hint="choose another folder",
-        )
-    held = {p.name for p in out.iterdir()} if out.is_dir() else set()
-    planned_only = DRY_RUN_MARK in held and held <= DRY_RUN_FILES
-    if held and not planned_only and not run.output.resume and not force:
+    _check_writable(run.output.output_dir, out, parent)
+    if holds_run(out) and not run.output.resume and not force:
         raise LaunchError(
             f"--output-dir {run.output.output_dir} already holds files (an earlier run?)",
             hint="pass --resume to continue it, --force to train into it anyway, or choose another folder",
@@ -394,10 +463,42 @@ def check_output(run: Run, spec: Any, *, force: bool) -> None:
         if free < need:
             what = f"{n_ckpt} checkpoints" + (" + final weights" if final else "")
             raise LaunchError(
-                f"--output-dir {run.output.output_dir}: {free / GIB:.1f} GiB free, this run writes about "
-                f"{need / GIB:.1f} GiB ({what})",
+                f"--output-dir {run.output.output_dir}: {_size(free)} free, this run writes about "
+                f"{_size(need)} ({what})",
                 hint="free disk space, lower --save-total-limit, or choose a folder on a larger disk",
             )
+
+
+def _check_writable(flag_value: str, out: Path, parent: Path) -> None:
+    """``parent`` (``out``, or its nearest existing folder) takes new files and folders. A folder
+    still to be made is made and removed once, in ``parent``: root passes the permission check
+    where the filesystem refuses anything new (/proc, /sys)."""
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise LaunchError(
+            f"--output-dir {flag_value}: {parent} is not writable", hint="choose another folder"
+        )
+    if parent == out:
+        return  # it exists: a run's folder is never written to by a check
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".dojo-check-", dir=parent))
+    except OSError as e:
+        raise LaunchError(
+            f"--output-dir {flag_value}: no folder can be created in {parent} ({e.strerror})",
+            hint="choose a folder on a filesystem you can write to",
+        ) from None
+
+
+def _size(n: float) -> str:
+    """GiB, or MiB below a tenth of one: a tiny model's run does not write "0.0 GiB"."""
+    return f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:.0f} MiB"
+
+
+def holds_run(folder: str | Path) -> bool:
+    """The folder holds files other than an earlier dry run's: a run that a launch overwrites
+    only with --resume or --force, and a dry run never touches."""
+    out = Path(folder)
+    held = {p.name for p in out.iterdir()} if out.is_dir() else set()
+    return bool(held) and not (DRY_RUN_MARK in held and held <= DRY_RUN_FILES)
 
 
 def check_resume(run: Run, model_kind: str = "tiny") -> str | None:

@@ -89,7 +89,15 @@ def _show(key: str, value: Any) -> str:
         return f"{value} processes"
     if key == "model" and value is None:
         return "the bundled tiny model"
+    if value is None:  # the setting does not apply there (--sub-group-size outside ZeRO-3)
+        return f"no {RESUME_KEYS[key]}"
     return f"{RESUME_KEYS[key]} {value}"
+
+
+def _flags(pairs: list[tuple[str, Any]]) -> str:
+    """The flags for ``(key, value)`` pairs, leaving out settings without a value: they follow
+    from another flag (--sub-group-size applies to --zero 3 only)."""
+    return " ".join(_show(k, v) for k, v in pairs if v is not None or k == "model")
 
 
 def differing(saved: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -135,9 +143,9 @@ def refuse_mismatch(ckpt: Path, output_dir: str | Path, new: dict[str, Any]) -> 
     diffs = differing(saved, new)
     if not diffs:
         return
-    was = " ".join(_show(k, old) for k, old, _ in diffs)
-    now = " ".join(_show(k, new_) for k, _, new_ in diffs)
-    flags = " ".join(_show(k, old) for k, old, _ in diffs if k not in ("world_size", "model"))
+    was = _flags([(k, old) for k, old, _ in diffs])
+    now = _flags([(k, new_) for k, _, new_ in diffs])
+    flags = _flags([(k, old) for k, old, _ in diffs if k not in ("world_size", "model")])
     if any(k == "model" for k, _, _ in diffs):
         old_model = next(old for k, old, _ in diffs if k == "model")
         flags = (f"--model {old_model} " if old_model is not None else "no --model ") + flags

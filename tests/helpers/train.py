@@ -22,3 +22,8 @@ def dojo_train(
 def summary(out: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((out / "dojo_summary.json").read_text())
     return data
+
+
+NO_TENSORS = b"\x02\x00\x00\x00\x00\x00\x00\x00{}"
+"""A whole safetensors file that holds no tensor: a dry run never loads the weights, and
+preflight reads only their header (dojo.train.weights_check)."""

@@ -8,6 +8,7 @@ from unittest.mock import patch
 import pytest
 
 from dojo.gpus import Gpu
+from tests.helpers.train import NO_TENSORS
 
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -31,7 +32,7 @@ def model_dir(tmp_path: Path) -> Path:
     d.mkdir()
     (d / "config.json").write_text(json.dumps(TINY_LLAMA))
     (d / "chat_template.jinja").write_text((REPO / "templates/chat/chatml.jinja").read_text())
-    (d / "model.safetensors").write_bytes(b"")  # a dry run never loads it; it must exist
+    (d / "model.safetensors").write_bytes(NO_TENSORS)  # a dry run never loads it; it must exist
     return d
 
 
@@ -87,6 +88,39 @@ def test_dry_run_prints_command_and_config(cli, model_dir: Path, tmp_path: Path,
     ]
 
 
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_dry_run_leaves_a_trained_run_as_it_is(cli, model_dir: Path, tmp_path: Path) -> None:
+    """chat, export and --resume read train.json as the record of the weights beside it: a dry
+    run with other settings (--resume, --force) must not rewrite it or drop checkpoints."""
+    out = tmp_path / "run"
+    base = ["train", "--model", str(model_dir), "--data", "org/chats", "--nproc", "1",
+            "-o", str(out)]  # fmt: skip
+    with _gpus([]):
+        assert cli(*base, "--seq-len", "64", "--dry-run").exit_code == 0
+    (out / ".dojo-dry-run").unlink()  # as the launch leaves it, trained:
+    (out / "model.safetensors").write_bytes(b"weights")
+    ckpt = out / "checkpoint-2"
+    ckpt.mkdir()
+    (ckpt / "dojo_checkpoint.json").write_text(json.dumps({"world_size": 1, "step": 2}))
+    before = _snapshot(out)
+    for more in (["--resume"], ["--force"]):
+        with _gpus([]):
+            r = cli(*base, *more, "--seq-len", "128", "--max-steps", "3", "--dry-run")
+        assert r.exit_code == 0, r.stderr
+        assert f"note: --dry-run wrote nothing: {out.resolve()} holds a run" in r.stderr
+        assert "run files:" not in r.stderr
+        assert "--module dojo.train.worker" in r.stdout
+        assert _snapshot(out) == before, more
+    assert json.loads((out / "train.json").read_text())["run"]["data"]["seq_len"] == 64
+
+
 def test_dry_run_plans_gpus_that_are_not_here(cli, model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
     with _gpus([]):
@@ -105,6 +139,71 @@ def test_dry_run_plans_gpus_that_are_not_here(cli, model_dir: Path, tmp_path: Pa
     assert not (tmp_path / "o2").exists()
 
 
+@pytest.mark.parametrize(
+    ("visible", "args", "include", "said"),
+    [
+        ("1", [], "localhost:1", "assumed: GPU 1 from CUDA_VISIBLE_DEVICES=1 (nvidia-smi's numbers)"),
+        ("1", ["--gpus", "all"], "localhost:1", "assumed: GPU 1 from CUDA_VISIBLE_DEVICES=1"),
+        ("1", ["--gpus", "1"], "localhost:1", ""),
+        ("1,0", ["--num-gpus", "1"], "localhost:1",
+         "assumed: GPU 1: --num-gpus 1 takes the first of CUDA_VISIBLE_DEVICES=1,0"),
+        ("0,1", [], "localhost:0,1", "assumed: GPUs 0,1 from CUDA_VISIBLE_DEVICES=0,1"),
+    ],
+)  # fmt: skip
+def test_cuda_visible_devices_picks_the_gpus(
+    cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch: pytest.MonkeyPatch,
+    visible: str, args: list[str], include: str, said: str,
+) -> None:  # fmt: skip
+    """DeepSpeed's runner reads CUDA_VISIBLE_DEVICES as the GPUs to include only when it gets no
+    --include, and dojo always passes one: dojo reads it instead, as the same indices."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", *args,
+                "-o", str(tmp_path / "o"), "--dry-run")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert f"--include {include} " in r.stdout
+    assert r.stdout.startswith("CUDA_DEVICE_ORDER=PCI_BUS_ID ")  # nvidia-smi's order in the ranks
+    assert said in r.stderr
+    assert ("CUDA_VISIBLE_DEVICES" in r.stderr) == bool(said)
+
+
+@pytest.mark.parametrize(
+    ("visible", "args", "message", "hint"),
+    [
+        ("1", ["--gpus", "0"], "error: --gpus '0': GPU 0 is hidden by CUDA_VISIBLE_DEVICES=1",
+         "hint: unset CUDA_VISIBLE_DEVICES to use --gpus 0 (nvidia-smi's numbers), or drop --gpus "
+         "to use GPU 1"),
+        ("1", ["--num-gpus", "2"], "error: --num-gpus 2: CUDA_VISIBLE_DEVICES=1 shows 1 GPU(s)",
+         "hint: use --num-gpus 1 or fewer, or unset CUDA_VISIBLE_DEVICES"),
+        ("", [], "error: CUDA_VISIBLE_DEVICES='' hides every GPU", "hint: unset"),
+        ("7", [], "error: CUDA_VISIBLE_DEVICES=7: GPU 7 does not exist", "hint: unset"),
+    ],
+)  # fmt: skip
+def test_cuda_visible_devices_contradicted_is_one_line(
+    cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch: pytest.MonkeyPatch,
+    visible: str, args: list[str], message: str, hint: str,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", *args,
+                "-o", str(tmp_path / "o"), "--dry-run")  # fmt: skip
+    assert r.exit_code == 1
+    assert r.stderr.splitlines() == [message, r.stderr.splitlines()[1]], r.stderr
+    assert r.stderr.splitlines()[1].startswith(hint), r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_cuda_visible_devices_does_not_bind_cpu_runs(
+    cli, model_dir: Path, tmp_path: Path, no_launch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "--nproc", "2",
+                "-o", str(tmp_path / "o"), "--dry-run")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "--include localhost:0,1 " in r.stdout and "CUDA_VISIBLE_DEVICES" not in r.stderr
+
+
 def test_folder_without_weights_needs_init_random(cli, model_dir: Path, tmp_path: Path) -> None:
     (model_dir / "model.safetensors").unlink()
     base = ["train", "--model", str(model_dir), "--data", "org/chats", "--nproc", "1", "--dry-run"]
@@ -112,8 +211,25 @@ def test_folder_without_weights_needs_init_random(cli, model_dir: Path, tmp_path
         r = cli(*base, "-o", str(tmp_path / "a"))
         assert r.exit_code == 1 and "no weights" in r.stderr and "--init random" in r.stderr
         assert cli(*base, "-o", str(tmp_path / "b"), "--init", "random").exit_code == 0
-        (model_dir / "pytorch_model.bin").write_bytes(b"")
+        (model_dir / "pytorch_model.bin").write_bytes(b"PK\x03\x04")  # torch.save's zip
         assert cli(*base, "-o", str(tmp_path / "c")).exit_code == 0
+
+
+def test_damaged_model_files_refused_before_launch(cli, model_dir: Path, tmp_path: Path) -> None:
+    """Weights cut short and a tokenizer that is not JSON: named before launch, not in every
+    rank's traceback while loading."""
+    base = ["train", "--model", str(model_dir), "--data", "org/chats", "--nproc", "1", "--dry-run"]
+    (model_dir / "model.safetensors").write_bytes(b"\x8fgarbage")
+    with _gpus([]):
+        r = cli(*base, "-o", str(tmp_path / "a"))
+        assert r.exit_code == 1
+        assert r.stderr.startswith(f"error: --model {model_dir}: model.safetensors is damaged: ")
+        assert len(r.stderr.splitlines()) == 2 and not (tmp_path / "a").exists()
+        assert cli(*base, "-o", str(tmp_path / "b"), "--init", "random").exit_code == 0
+        (model_dir / "tokenizer.json").write_text("{")
+        r = cli(*base, "-o", str(tmp_path / "c"), "--init", "random")
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"error: --model {model_dir}: tokenizer.json is damaged: not valid")
 
 
 def test_folder_named_like_a_builtin_is_estimated_from_its_config(
@@ -162,6 +278,11 @@ def test_config_file_and_flag_precedence(cli, model_dir: Path, tmp_path: Path, n
         (["--gpus", "0,5"], "error: --gpus '0,5': GPU 5 does not exist"),
         (["--gpus", "0,0"], "error: --gpus '0,0': GPU 0 is listed twice"),
         (["--model", "./does-not-exist"], "error: --model ./does-not-exist: no such folder"),
+        (
+            ["--model", "7b"],
+            "error: --model 7b (llama-2-7b): a built-in model shape without "
+            "weights, for dojo estimate and dojo config; dojo train needs a model folder or a Hub id",
+        ),
         (["--zero", "5"], "error: --zero '5': choose one of none, 0, 1, 2, 3"),
         (["--method", "qlora", "--nproc", "1"], "error: --method qlora needs an NVIDIA GPU"),
         (["--offload-param", "cpu"], "error: --offload-param cpu needs --zero 3"),
@@ -387,7 +508,8 @@ def test_verdict_refuses_does_not_fit_and_warns_on_tight() -> None:
 def test_dry_run_without_deepspeed(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
     out = tmp_path / "run"
     (out).mkdir()
-    (out / "ds_config.json").write_text("{}")  # an earlier run's: it would tell a wrong story
+    (out / "ds_config.json").write_text("{}")  # an earlier plan's: it would tell a wrong story
+    (out / ".dojo-dry-run").touch()
     with _gpus(H200):
         r = cli(
             "train", "--model", str(model_dir), "--data", "org/chats", "--gpus", "0,1",

@@ -7,6 +7,8 @@ from unittest.mock import patch
 
 import pytest
 
+from tests.helpers.train import NO_TENSORS
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "templates" / "data" / "demo_chat.jsonl"
 
@@ -79,7 +81,7 @@ def test_template_tokens_checked_before_launch(cli, tmp_path: Path, no_gpus) -> 
     from dojo.train.tiny import materialize_tiny_model
 
     model = materialize_tiny_model(tmp_path / "m")
-    (model / "model.safetensors").write_bytes(b"")  # a dry run never loads it
+    (model / "model.safetensors").write_bytes(NO_TENSORS)  # a dry run never loads it
     base = ["--model", str(model), "--template", "llama-3-instruct"]
     r = cli(*_base(tmp_path / "a", (*base, "--method", "lora")))
     assert r.exit_code == 1 and "<|eot_id|>" in r.stderr and "--modules-to-save" in r.stderr

@@ -37,3 +37,17 @@ def test_gpu_header_keeps_the_per_gpu_estimate(cli, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.stderr
     head = _header(r.stderr)
     assert "GPUs 0,1" in head and "GiB per GPU" in head, head
+
+
+def test_failure_hint_offers_resume_only_with_a_complete_checkpoint(tmp_path: Path) -> None:
+    from dojo.train.checkpoints import MARKER
+    from dojo.train.driver import failure_hint
+
+    assert failure_hint(tmp_path) == "see the rank output above"
+    (tmp_path / "checkpoint-1").mkdir()  # half-written: no marker
+    assert "--resume" not in failure_hint(tmp_path)
+    (tmp_path / "checkpoint-1" / MARKER).write_text("{}")
+    assert failure_hint(tmp_path) == (
+        f"see the rank output above; complete checkpoints in {tmp_path} can be continued with "
+        "--resume"
+    )

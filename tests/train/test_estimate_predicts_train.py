@@ -9,6 +9,7 @@ from unittest.mock import patch
 import pytest
 
 from dojo.gpus import Gpu
+from tests.helpers.train import NO_TENSORS
 
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -58,7 +59,7 @@ def model_dir(tmp_path: Path) -> Path:
     d.mkdir()
     (d / "config.json").write_text(json.dumps(TINY_LLAMA))
     (d / "chat_template.jinja").write_text((REPO / "templates/chat/chatml.jinja").read_text())
-    (d / "model.safetensors").write_bytes(b"")  # the dry run never loads it
+    (d / "model.safetensors").write_bytes(NO_TENSORS)  # the dry run never loads it
     return d
 
 

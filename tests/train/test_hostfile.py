@@ -100,6 +100,17 @@ def test_num_nodes_against_the_hostfile(tmp_path: Path) -> None:
     assert preflight.place(values(hostfile=hosts, num_nodes=2).devices, [], dry_run=True)[2] == []
 
 
+def test_cuda_visible_devices_with_a_hostfile_is_said_unused(tmp_path: Path) -> None:
+    """The runner sets each machine's CUDA_VISIBLE_DEVICES from the hostfile's slots."""
+    hosts = _write(tmp_path, "hosts", b"a slots=2\nb slots=2\n")
+    opts = values(hostfile=hosts, num_nodes=2).devices
+    notes = preflight.place(opts, [], dry_run=True, visible="1")[2]
+    assert notes == [
+        "warning: CUDA_VISIBLE_DEVICES=1 is not used: the hostfile's slots= pick the GPUs on each "
+        "machine"
+    ]
+
+
 def test_launch_names_the_machine_count() -> None:
     # Without --num_nodes the runner starts on every machine listed, whatever the plan.
     argv = launch.build_command(run_of(hostfile="h"), "/r", Devices("cuda", ()), 29500, python="py")

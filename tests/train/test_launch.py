@@ -13,6 +13,7 @@ import pytest
 
 from dojo.errors import ConfigError, LaunchError, MissingExtraError
 from dojo.gpus import Gpu
+from dojo.modelspec import resolve_model
 from dojo.run.run import Run
 from dojo.train import checkpoints, launch, preflight
 from dojo.train.launch import Devices
@@ -253,6 +254,33 @@ def test_no_save_model_needs_no_room_for_final_weights(tmp_path: Path, monkeypat
     preflight.check_output(cfg.replace(save_model=False), spec, force=False)
 
 
+def test_output_dir_where_nothing_can_be_created(tmp_path: Path) -> None:
+    """/proc passes root's permission check, then refuses any new folder: that is the problem
+    to name, not the free disk it reports (0)."""
+    if not Path("/proc").is_dir():
+        pytest.skip("needs Linux /proc")
+    spec = resolve_model("1b")
+    with pytest.raises(LaunchError) as e:
+        preflight.check_output(run_of(output_dir="/proc/dojo-run"), spec, force=False)
+    assert e.value.message in (
+        "--output-dir /proc/dojo-run: no folder can be created in /proc (No such file or directory)",
+        "--output-dir /proc/dojo-run: /proc is not writable",  # not root
+    )
+    preflight.check_output(run_of(output_dir=str(tmp_path / "a" / "b")), None, force=False)
+    assert list(tmp_path.iterdir()) == []  # the check left nothing behind
+
+
+def test_small_disk_figures_in_mib(tmp_path: Path, monkeypatch) -> None:
+    from dojo.train.tiny import TINY_CONFIG
+
+    usage = shutil.disk_usage(tmp_path)._replace(free=0)
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda p: usage)
+    with pytest.raises(LaunchError, match=r": 0 MiB free, this run writes about \d+ MiB \("):
+        preflight.check_output(
+            run_of(output_dir=str(tmp_path / "run")), resolve_model(str(TINY_CONFIG)), force=False
+        )
+
+
 def test_unwritable_output_dir(tmp_path: Path) -> None:
     if os.geteuid() == 0:
         pytest.skip("root can write anywhere")
@@ -286,6 +314,18 @@ def test_exit_code_is_forwarded() -> None:
     assert launch.run([sys.executable, "-c", "pass"]) == 0
 
 
+def test_gpu_ranks_numbered_as_nvidia_smi_numbers_them() -> None:
+    """--include holds the GPUs (CUDA_VISIBLE_DEVICES read into it by preflight): the runner
+    gets no CUDA_VISIBLE_DEVICES to announce it ignores, and CUDA numbers the GPUs in nvidia-smi's
+    (PCI) order, not fastest first, so --include 1 is nvidia-smi's GPU 1 on mixed machines too."""
+    env = launch.launch_env(Devices("cuda", (1,)), base={"CUDA_VISIBLE_DEVICES": "1"})
+    assert "CUDA_VISIBLE_DEVICES" not in env and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    mine = launch.launch_env(Devices("cuda", (0,)), base={"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
+    assert mine["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+    cpu = launch.launch_env(Devices("cpu", (0,)), base={"CUDA_VISIBLE_DEVICES": "1"})
+    assert cpu["CUDA_VISIBLE_DEVICES"] == "1" and "CUDA_DEVICE_ORDER" not in cpu
+
+
 def test_expandable_segments_reach_the_ranks_environment() -> None:
     cuda = Devices("cuda", (0,))
     assert launch.launch_env(cuda, base={}, expandable=True)["PYTORCH_CUDA_ALLOC_CONF"] == (
@@ -297,5 +337,6 @@ def test_expandable_segments_reach_the_ranks_environment() -> None:
     assert "PYTORCH_CUDA_ALLOC_CONF" not in launch.launch_env(cuda, base={})
     shown = launch.format_command(["deepspeed", "x"], env)
     assert shown.startswith(
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID "
         "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64,expandable_segments:True "
     )

@@ -248,6 +248,40 @@ def test_zero3_tile_change_is_refused(tmp_path: Path) -> None:
     assert preflight.check_resume(run_of(**common, sub_group_size=1_000_000_000))
 
 
+def test_a_stage_change_names_no_flag_without_a_value(tmp_path: Path) -> None:
+    """--sub-group-size applies to ZeRO-3 only: a ZeRO-2 checkpoint has none, and the refusal
+    never says `--sub-group-size None`."""
+    from dojo.train import preflight
+    from tests.helpers.runs import run_of
+
+    common: dict[str, Any] = {"output_dir": str(tmp_path), "resume": True, "method": "full"}
+    common |= {"gpus_per_node": 2}
+    trained = run_of(**common, stage=2)
+    _ckpt(tmp_path, 10, {"method": "full", "zero_stage": 2, "precision_resolved": "fp32"})
+    (tmp_path / "train.json").write_text(json.dumps({"run": trained.to_dict()}))
+    now = run_of(**common, stage=3)
+    with pytest.raises(LaunchError) as e:
+        preflight.check_resume(now)
+    assert e.value.message == (
+        "--resume: checkpoint-10 was trained with --zero 2, this run asks --zero 3 "
+        f"--sub-group-size {now.zero.sub_group_size}"
+    )
+    assert e.value.hint == "rerun with --zero 2, or start a new --output-dir"
+    # the other way round: the ZeRO-3 checkpoint's tile is part of what to rerun with
+    (tmp_path / "train.json").write_text(json.dumps({"run": now.to_dict()}))
+    _ckpt(tmp_path, 20, {"method": "full", "zero_stage": 3, "precision_resolved": "fp32"})
+    with pytest.raises(LaunchError) as e:
+        preflight.check_resume(trained)
+    assert e.value.message.endswith("this run asks --zero 2")
+    assert e.value.hint == (
+        f"rerun with --zero 3 --sub-group-size {now.zero.sub_group_size}, or start a new "
+        "--output-dir"
+    )
+    assert resume_mismatches({"sub_group_size": None}, {"sub_group_size": 5}) == [
+        "trained with no --sub-group-size, this run asks --sub-group-size 5"
+    ]
+
+
 def test_a_change_of_objective_is_refused(tmp_path: Path) -> None:
     """A DPO checkpoint's optimizer state and weights followed another loss than SFT's or KTO's."""
     from dojo.train import preflight
