@@ -241,3 +241,26 @@ def test_dash_output_is_stdout(cli, tmp_path: Path, monkeypatch) -> None:
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["zero_optimization"]["stage"] == 2
     assert not (tmp_path / "-").exists()
+
+
+def test_zero3_options_below_zero3_and_unknown_leaf_classes_are_refused(cli) -> None:
+    r = cli("config", "--zero", "2", "--z3-leaf", "Foo", "--prefetch-bucket-size", "5e8",
+            "--sub-group-size", "1e8")  # fmt: skip
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr.splitlines() == [
+        "error: --prefetch-bucket-size 500000000 applies to ZeRO-3 only (got --zero 2)",
+        "hint: use --zero 3, or drop --prefetch-bucket-size",
+        "error: --sub-group-size 100000000 applies to ZeRO-3 only (got --zero 2)",
+        "hint: use --zero 3, or drop --sub-group-size",
+        "error: --z3-leaf Foo applies to ZeRO-3 only (got --zero 2)",
+        "hint: use --zero 3, or drop --z3-leaf",
+    ]
+    r = cli("config", "--model", "8b", "--zero", "3", "--z3-leaf", "Foo")
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == (
+        "error: --z3-leaf Foo: a llama model has no class Foo\n"
+        "hint: use auto, off, or one of its classes: LlamaDecoderLayer\n"
+    )
+    # Without --model the class is written as given (dojo train checks it against the model).
+    r = cli("config", "--zero", "3", "--z3-leaf", "Foo")
+    assert json.loads(r.stdout)["zero_optimization"]["leaf_module"]["classes"][0] == "Foo"

@@ -1,6 +1,7 @@
 """`dojo estimate` through the real entry point: table, --json schema, every bad-input message."""
 
 import json
+from typing import Any
 
 import pytest
 
@@ -286,3 +287,28 @@ def test_zero_none_row(cli) -> None:
     assert [row["stage"] for row in json.loads(r.stdout)["rows"]][0] == 0
     r = cli("estimate", "--model", "1b", "--zero", "none", "--offload", "cpu")
     assert r.exit_code == 1 and "error: --offload cpu needs DeepSpeed (got --zero none)" in r.stderr
+
+
+def test_zero_all_says_which_stages_an_option_leaves_out(cli) -> None:
+    def stages_and_assumed(*args: str) -> tuple[list[Any], list[str]]:
+        r = cli("estimate", "--model", "1b", "--zero", "all", "--json", *args)
+        assert r.exit_code == 0, r.stderr
+        doc = json.loads(r.stdout)
+        return [row["stage"] for row in doc["rows"]], doc["assumed"]
+
+    stages, assumed = stages_and_assumed("--offload", "cpu")
+    assert stages == [1, 2, 3]
+    assert "--zero all leaves out --zero none (--offload cpu needs DeepSpeed); --zero 0 " \
+        "(--offload cpu needs ZeRO stage 1, 2 or 3)" in assumed  # fmt: skip
+    stages, assumed = stages_and_assumed("--offload-param", "cpu")
+    assert stages == [3]
+    assert "--zero all leaves out --zero none, 0, 1, 2 (--offload-param cpu needs --zero 3)" in (
+        assumed
+    )
+    stages, assumed = stages_and_assumed("--z3-leaf", "off", "--sub-group-size", "2e8")
+    assert stages == [3, 3, 3]
+    assert assumed[0].startswith("--zero all leaves out --zero none, 0, 1, 2 (--sub-group-size")
+    stages, assumed = stages_and_assumed()
+    assert stages[0] == "none" and not any("leaves out" in a for a in assumed)
+    r = cli("estimate", "--model", "1b", "--zero", "all", "--offload", "cpu")
+    assert "assumed: --zero all leaves out --zero none (--offload cpu" in r.stderr

@@ -178,8 +178,10 @@ def test_buckets_follow_the_model() -> None:
     )  # capped at the model
     assert run_of(CUDA, tiny, stage=3).zero.leaf_classes == ("Qwen2DecoderLayer",)
     assert run_of(CUDA, spec, stage=3, z3_leaf="off").zero.leaf_classes == ()
-    named = run_of(CUDA, spec, stage=3, z3_leaf="MyLayer").zero.leaf_classes
-    assert named == ("MyLayer",)  # a class of the user's own, as given
+    named = run_of(CUDA, spec, stage=3, z3_leaf="LlamaMLP").zero.leaf_classes
+    assert named == ("LlamaMLP",)  # another class of the model's, as given
+    remote = run_of(CUDA, spec, stage=3, z3_leaf="MyLayer", trust_remote_code=True)
+    assert remote.zero.leaf_classes == ("MyLayer",)  # the model's own code: its own names
 
 
 def test_liger_auto_follows_the_machine_and_compile() -> None:
@@ -426,3 +428,62 @@ def test_sdpa_varlen_needs_packing_and_no_soft_capping() -> None:
         values(attn="sdpa_varlen", packing=True), machine=CUDA, spec=resolve_model("llama-3.2-1b")
     )
     assert render.estimate_setup(run).attention == "flash_attention_2"
+
+
+def test_lora_options_a_full_run_would_drop_are_refused() -> None:
+    for name, value, flag in (("lora_r", 8, "--lora-r 8"), ("lora_alpha", 8, "--lora-alpha 8"),
+                              ("lora_dropout", 0.5, "--lora-dropout 0.5"),
+                              ("lora_targets", "zzz", "--lora-targets zzz")):  # fmt: skip
+        with pytest.raises(ConfigError) as e:
+            run_of(method="full", **{name: value})
+        assert e.value.message == f"{flag} applies to --method lora or qlora only"
+        assert e.value.hint == f"drop {flag.split()[0]}, or use --method lora"
+        assert run_of(method="lora", **{name: value}).model.method == "lora"
+    # A default is no request: a file listing every option (--print-config, a preset) still
+    # runs with --method full, and so does a default typed out.
+    assert run_of(method="full", lora_r=16, lora_alpha=32).model.method == "full"
+    listed = inputs.merge("train", inputs.load_file("lora"), {"method": "full"})
+    run = resolve.resolve(listed, machine=CPU, given=set(inputs.load_file("lora")) | {"method"})
+    assert run.model.method == "full"
+
+
+def test_zero3_options_below_zero3_are_refused() -> None:
+    for name, value, flag in (("z3_leaf", "Foo", "--z3-leaf Foo"),
+                              ("prefetch_bucket_size", 500_000_000,
+                               "--prefetch-bucket-size 500000000"),
+                              ("sub_group_size", 100_000_000, "--sub-group-size 100000000")):  # fmt: skip
+        for stage in ("none", 0, 1, 2):
+            with pytest.raises(ConfigError) as e:
+                run_of(stage=stage, **{name: value})
+            assert e.value.message == f"{flag} applies to ZeRO-3 only (got --zero {stage})"
+            assert e.value.hint == f"use --zero 3, or drop {flag.split()[0]}"
+        assert run_of(stage=3, **{name: value}).zero.stage == 3
+    # Their defaults ask nothing, and neither does --z3-leaf off; a --print-config file of a
+    # ZeRO-2 run lists them so.
+    assert run_of(stage=2, z3_leaf="off", prefetch_bucket_size="auto").zero.stage == 2
+    z2 = run_of(stage=2)
+    again = inputs.merge("train", {}, {k: v for k, v in z2.values().items() if k in OPTIONS})
+    assert resolve.resolve(again, machine=CPU, given=set(OPTIONS)).zero.stage == 2
+
+
+def test_z3_leaf_class_must_be_the_models_own() -> None:
+    from dojo.modelspec import resolve_model
+
+    llama = resolve_model("8b")
+    with pytest.raises(ConfigError) as e:
+        run_of(spec=llama, stage=3, z3_leaf="Foo")
+    assert e.value.message == "--z3-leaf Foo: a llama model has no class Foo"
+    assert e.value.hint == "use auto, off, or one of its classes: LlamaDecoderLayer"
+    with pytest.raises(ConfigError, match="has no class Foo"):
+        run_of(spec=llama, stage=3, z3_leaf="LlamaDecoderLayer,Foo")
+    for own in ("LlamaDecoderLayer", "LlamaMLP",
+                "transformers.models.llama.modeling_llama.LlamaDecoderLayer"):  # fmt: skip
+        assert run_of(spec=llama, stage=3, z3_leaf=own).zero.z3_leaf == own
+    assert run_of(stage=3, z3_leaf="Foo").zero.z3_leaf == "Foo"  # no model: kept as given
+    moe = resolve_model(str(Path(__file__).parent / "data/moe/qwen3-30b-a3b.config.json"))
+    with pytest.raises(ConfigError) as e:
+        run_of(spec=moe, stage=3, z3_leaf="MixtralSparseMoeBlock")
+    assert e.value.hint == (
+        "use auto, off, or one of its classes: Qwen3MoeDecoderLayer, Qwen3MoeSparseMoeBlock"
+    )
+    assert run_of(spec=moe, stage=3, z3_leaf="Qwen3MoeSparseMoeBlock").zero.stage == 3

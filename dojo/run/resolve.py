@@ -24,7 +24,7 @@ from dojo.run.groups.lora import (
 )
 from dojo.run.groups.objective import objective_problems, resolve_objective
 from dojo.run.groups.output import output_problems, resolve_output
-from dojo.run.groups.zero import resolve_zero, zero_problems
+from dojo.run.groups.zero import leaf_problem, resolve_zero, stage3_problems, zero_problems
 from dojo.run.machine import Machine
 from dojo.run.run import Run
 from dojo.run.schema import RunOptions
@@ -32,9 +32,9 @@ from dojo.run.schema import RunOptions
 
 def problems(o: RunOptions, machine: Machine, given: set[str]) -> list[tuple[str, str]]:
     """(message, hint) for every rule the options break together."""
-    out = zero_problems(o.zero)
+    out = zero_problems(o.zero) + stage3_problems(o.zero, given)
     out += kernel_problems(o.kernels, o.data.packing, machine, o.objective.preference)
-    out += lora_problems(o.lora, full=not o.model.adapters)
+    out += lora_problems(o.lora, full=not o.model.adapters, given=given)
     out += loop_problems(
         o.loop, evaluates=o.data.evaluates, save_steps=o.output.save_steps,
         ds_scheduler=o.zero.scheduler == "ds", ds_optimizer=o.zero.optimizer == "ds",
@@ -56,7 +56,8 @@ def problems(o: RunOptions, machine: Machine, given: set[str]) -> list[tuple[str
 def check(o: RunOptions, machine: Machine, given: set[str], spec: Any = None) -> None:
     found = problems(o, machine, given)
     for problem in (softcap_problem(o.kernels, spec),
-                    expert_dropout_problem(o.lora, spec, o.model.adapters, given)):  # fmt: skip
+                    expert_dropout_problem(o.lora, spec, o.model.adapters, given),
+                    leaf_problem(o.zero, spec, o.model.trust_remote_code)):  # fmt: skip
         if problem:
             found.append(problem)
     if found:

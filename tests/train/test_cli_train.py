@@ -168,6 +168,9 @@ def test_config_file_and_flag_precedence(cli, model_dir: Path, tmp_path: Path, n
         (["--resume"], "error: --resume: no complete checkpoint in --output-dir"),
         (["--template", "chatmll"], "error: --template 'chatmll' is not a bundled template"),
         (["--seq-len", "0"], "error: --seq-len '0': out of range: from 8 to 1,048,576"),
+        (["--lora-r", "8"], "error: --lora-r 8 applies to --method lora or qlora only"),
+        (["--zero", "2", "--z3-leaf", "Foo"], "error: --z3-leaf Foo applies to ZeRO-3 only"),
+        (["--zero", "3", "--z3-leaf", "Foo"], "error: --z3-leaf Foo: a llama model has no class"),
     ],
 )
 def test_bad_input_one_line_nothing_launched(

@@ -93,9 +93,24 @@ def resolve_lora(lora: LoraOptions, spec: Any, adapters: bool, said: list[str]) 
     return out
 
 
-def lora_problems(lora: LoraOptions, full: bool) -> list[tuple[str, str]]:
+ADAPTER_SHAPE = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
+"""The options that shape LoRA adapters: a full fine-tune has none to shape."""
+
+
+def lora_problems(
+    lora: LoraOptions, full: bool, given: set[str] | frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """(message, hint) for the LoRA options that contradict the run. With --method full, an
+    adapter option the user set (``given``) to another value than its default would be dropped
+    unsaid; its default (a preset or a --print-config file lists every option) is no request."""
     out: list[tuple[str, str]] = []
     if full:
+        for f in dataclasses.fields(LoraOptions):
+            value = getattr(lora, f.name)
+            if f.name in ADAPTER_SHAPE and f.name in given and value != f.default:
+                flag = (f.metadata["flags"] or ("--" + f.name.replace("_", "-"),))[0]
+                out.append((f"{flag} {value} applies to --method lora or qlora only",
+                            f"drop {flag}, or use --method lora"))  # fmt: skip
         for flag, on in (("--dora", lora.dora), ("--rslora", lora.rslora),
                          ("--modules-to-save", bool(lora.modules_to_save)),
                          ("--merge", lora.merge)):  # fmt: skip
