@@ -1,6 +1,7 @@
 """`dojo estimate` through the real entry point: table, --json schema, every bad-input message."""
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -204,6 +205,14 @@ def test_local_config(cli, tmp_path) -> None:
             ["--model", "7b", "--zero", "0", "--offload", "cpu"],
             "error: --offload cpu needs ZeRO stage 1, 2 or 3",
         ),
+        (
+            ["--model", "7b", "--zero", "2", "--z3-leaf", "Foo"],
+            "error: --z3-leaf Foo applies to ZeRO-3 only (got --zero 2)",
+        ),
+        (
+            ["--model", "7b", "--method", "full", "--lora-r", "8"],
+            "error: --lora-r 8 applies to --method lora or qlora only",
+        ),
     ],
 )
 def test_bad_input(cli, args: list[str], message: str) -> None:
@@ -312,3 +321,18 @@ def test_zero_all_says_which_stages_an_option_leaves_out(cli) -> None:
     assert stages[0] == "none" and not any("leaves out" in a for a in assumed)
     r = cli("estimate", "--model", "1b", "--zero", "all", "--offload", "cpu")
     assert "assumed: --zero all leaves out --zero none (--offload cpu" in r.stderr
+
+
+def test_lora_targets_matching_nothing_name_the_models_linear_layers(cli) -> None:
+    r = cli("estimate", "--model", "7b", "--method", "lora", "--lora-targets", "nope")
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == (
+        "error: --lora-targets nope: matches no linear layer of this llama model\n"
+        "hint: its linear layers are q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj; "
+        "name some of them, or use all-linear\n"
+    )
+    mla = Path(__file__).parent / "data" / "moe" / "deepseek-v3.config.json"
+    r = cli("estimate", "--model", str(mla), "--method", "qlora", "--lora-targets", "q_proj")
+    assert r.exit_code == 1 and "its linear layers are q_a_proj,q_b_proj,kv_a_proj_with_mqa," in (
+        r.stderr
+    )

@@ -21,6 +21,7 @@ from dojo.run.groups.lora import (
     lora_problems,
     resolve_lora,
     target_names,
+    targets_problem,
 )
 from dojo.run.groups.objective import objective_problems, resolve_objective
 from dojo.run.groups.output import output_problems, resolve_output
@@ -57,7 +58,8 @@ def check(o: RunOptions, machine: Machine, given: set[str], spec: Any = None) ->
     found = problems(o, machine, given)
     for problem in (softcap_problem(o.kernels, spec),
                     expert_dropout_problem(o.lora, spec, o.model.adapters, given),
-                    leaf_problem(o.zero, spec, o.model.trust_remote_code)):  # fmt: skip
+                    leaf_problem(o.zero, spec, o.model.trust_remote_code),
+                    targets_problem(o.lora, spec, o.model.adapters)):  # fmt: skip
         if problem:
             found.append(problem)
     if found:

@@ -171,6 +171,7 @@ def test_config_file_and_flag_precedence(cli, model_dir: Path, tmp_path: Path, n
         (["--lora-r", "8"], "error: --lora-r 8 applies to --method lora or qlora only"),
         (["--zero", "2", "--z3-leaf", "Foo"], "error: --z3-leaf Foo applies to ZeRO-3 only"),
         (["--zero", "3", "--z3-leaf", "Foo"], "error: --z3-leaf Foo: a llama model has no class"),
+        (["--method", "lora", "--lora-targets", "nope"], "error: --lora-targets nope: matches no"),
     ],
 )
 def test_bad_input_one_line_nothing_launched(

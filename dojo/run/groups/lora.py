@@ -83,6 +83,18 @@ def expert_dropout_problem(
             "q_proj,k_proj,v_proj,o_proj")  # fmt: skip
 
 
+def targets_problem(lora: LoraOptions, spec: Any, adapters: bool) -> tuple[str, str] | None:
+    """--lora-targets naming no linear layer of the known model: PEFT would find nothing to
+    adapt (and the estimate no adapter to count)."""
+    names = lora.target_names
+    if not adapters or spec is None or not names or spec.lora_params(lora.lora_r, names):
+        return None
+    linears = dict.fromkeys(n for _, _, lin in spec.layer_kinds() for n, *_ in lin)
+    return (f"--lora-targets {lora.lora_targets}: matches no linear layer of this "
+            f"{spec.model_type} model",
+            f"its linear layers are {','.join(linears)}; name some of them, or use all-linear")  # fmt: skip
+
+
 def resolve_lora(lora: LoraOptions, spec: Any, adapters: bool, said: list[str]) -> LoraOptions:
     out = dataclasses.replace(lora, modules_to_save=names(lora.modules_to_save))
     if adapters and lora.lora_dropout and fused_expert_adapters(lora, spec):
