@@ -183,6 +183,15 @@ def validate_record(record: Any, objective: str = "sft") -> tuple[str, Row]:
     preference ``objective`` reads a Pair or Unpaired row instead."""
     if objective != "sft":
         return to_preference(record, objective)
+    try:
+        return _sft_example(record)
+    except DataError:
+        if _preference_row(record):
+            raise _preference_for_sft(record) from None
+        raise
+
+
+def _sft_example(record: Any) -> tuple[str, Example]:
     fmt, messages = to_example(record)
     if isinstance(messages, PlainText):
         return fmt, messages  # to_example refused an empty text/completion
@@ -192,6 +201,20 @@ def validate_record(record: Any, objective: str = "sft") -> tuple[str, Row]:
     if not any(_has_text(m.get("content")) for m in replies):
         raise DataError("every assistant turn is empty: nothing to train on")
     return fmt, messages
+
+
+def _preference_row(record: Any) -> bool:
+    """A pair of answers to compare (TRL's prompt/chosen/rejected, LLaMA-Factory's
+    conversations + chosen/rejected): a preference objective's row, not a conversation."""
+    return isinstance(record, dict) and "chosen" in record and "rejected" in record
+
+
+def _preference_for_sft(record: dict[str, Any]) -> DataError:
+    keys = ", ".join(sorted(map(str, record)))
+    return DataError(
+        f"a preference row (keys: {keys}), and --objective sft trains conversations: pass "
+        "--objective dpo (or orpo, simpo) to train on the chosen/rejected pairs"
+    )
 
 
 def _add(
