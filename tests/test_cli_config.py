@@ -177,21 +177,23 @@ def test_check_ok_warning_and_error(cli, tmp_path: Path) -> None:
     warn = tmp_path / "warn.json"
     warn.write_text(json.dumps(build_ds_config(ZeroOptions(stage=2, optimizer="ds"))))
     r = cli("config", "--check", str(warn))
-    assert r.exit_code == 0
-    assert r.stdout.startswith(f'{warn}:optimizer: warning: the DeepSpeed "optimizer" block wins')
+    assert (r.exit_code, r.stdout) == (0, "")
+    assert r.stderr.startswith(f'{warn}:optimizer: warning: the DeepSpeed "optimizer" block wins')
 
     bad = tmp_path / "bad.json"
     bad.write_text('{\n  "zero_optimization": {"stage": 2,\n}\n')
     r = cli("config", "--check", str(bad))
-    assert r.exit_code == 1
-    assert r.stdout.startswith(f"{bad}:3:1: error: invalid JSON")
+    assert (r.exit_code, r.stdout) == (1, "")  # errors go where every dojo error goes
+    assert r.stderr.startswith(f"{bad}:3:1: error: invalid JSON")
+    assert r.stderr.endswith(f"{bad}: 1 error(s), 0 warning(s)\n")
 
     typo = tmp_path / "typo.json"
     typo.write_text(json.dumps({"zero_optimization": {"stage": 2, "overlap_com": True}}))
     r = cli("config", "--check", str(typo))
-    assert r.exit_code == 1
-    assert r.stdout == (
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == (
         f"{typo}:zero_optimization.overlap_com: error: unknown key 'overlap_com'; did you mean 'overlap_comm'?\n"
+        f"{typo}: 1 error(s), 0 warning(s)\n"
     )
 
 
