@@ -82,6 +82,7 @@ def resolve(
     o = options
     check(o, machine, given, spec)
     _check_data(o)
+    _check_template(o)
     said: list[str] = []
     full = not o.model.adapters
     preference = o.objective.preference
@@ -130,3 +131,14 @@ def _check_data(o: RunOptions) -> None:
     from dojo.train import sources
 
     sources.parse_columns(o.data.data_columns)
+
+
+def _check_template(o: RunOptions) -> None:
+    """--template must mark assistant tokens for training: one that renders none of them would
+    train on nothing, and every row would be dropped only once the ranks render them. (The
+    model's own template, used without --template, is checked where the model folder is read.)"""
+    if o.model.template is None:
+        return
+    from dojo.chat.check import check_trains
+
+    check_trains(o.model.template)

@@ -191,6 +191,23 @@ def test_bad_input_one_line_nothing_launched(
     assert not out.exists()
 
 
+def test_template_that_trains_on_nothing(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
+    empty = tmp_path / "empty.jinja"
+    empty.write_text("")
+    out = tmp_path / "out"
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "-o", str(out),
+                "--template", str(empty), "--dry-run")  # fmt: skip
+    assert r.exit_code == 1
+    assert r.stderr.splitlines() == [
+        f"error: --template {empty}: marks no assistant tokens for training (its rendering of a "
+        "sample conversation holds none of the 2 assistant replies)",
+        "hint: dojo trains the assistant replies it finds in the rendering: use a template that "
+        "writes each message's content, e.g. a bundled one (dojo chat-template list)",
+    ]
+    assert not out.exists()
+
+
 def test_usage_error_is_exit_2(cli) -> None:
     r = cli("train", "--no-such-flag")
     assert r.exit_code == 2
