@@ -487,3 +487,50 @@ def test_z3_leaf_class_must_be_the_models_own() -> None:
         "use auto, off, or one of its classes: Qwen3MoeDecoderLayer, Qwen3MoeSparseMoeBlock"
     )
     assert run_of(spec=moe, stage=3, z3_leaf="Qwen3MoeSparseMoeBlock").zero.stage == 3
+
+
+def test_master_addr_is_a_host_and_needs_several_machines() -> None:
+    for bad in ("bad host!", "-oProxyCommand=x", "10.0.0.1; reboot", "a@b"):
+        with pytest.raises(ConfigError) as e:
+            run_of(hostfile="hosts", num_nodes=2, master_addr=bad)
+        assert e.value.message.startswith(f"--master-addr {bad!r}: not a host name or address")
+    for good in ("10.0.0.1", "worker-1", "node_7.cluster.local", "fe80::1%eth0", "[::1]"):
+        assert run_of(hostfile="hosts", num_nodes=2, master_addr=good).devices.master_addr == good
+    with pytest.raises(ConfigError) as e:
+        run_of(master_addr="10.0.0.1", nproc=1)
+    assert (
+        e.value.message
+        == "--master-addr 10.0.0.1 applies to a run on several machines (--hostfile)"
+    )
+    assert e.value.hint and e.value.hint.startswith("drop --master-addr")
+
+
+def test_nvme_path_is_checked_for_a_run_on_this_machine(tmp_path: Path) -> None:
+    def nvme(path: Path, **where: Any) -> Run:
+        o = values(stage=3, offload="nvme", nvme_path=str(path), **where)
+        return resolve.resolve(o, machine=CPU, gpus=(0,), given={"nvme_path"})
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(ConfigError, match=f"--nvme-path {afile}: is a file, not a folder"):
+        nvme(afile)
+    with pytest.raises(ConfigError, match=f"{afile} is a file, so the folder cannot be made"):
+        nvme(afile / "swap")
+    assert nvme(tmp_path).zero.nvme_path == str(tmp_path)
+    missing = tmp_path / "new" / "swap"
+    assumed = nvme(missing).assumed
+    assert f"nvme path: {missing} does not exist; DeepSpeed makes it (mkdir -p) when the run " \
+        "starts" in assumed  # fmt: skip
+    assert not missing.exists()  # said, not made
+    # Another machine's path: several nodes, or a plan (config, estimate, an assumed machine).
+    assert nvme(afile, hostfile="hosts", num_nodes=2).zero.nvme_path == str(afile)
+    assert run_of(stage=3, offload="nvme", nvme_path=str(afile)).zero.offload == "nvme"
+    o = values(stage=3, offload="nvme", nvme_path=str(afile))
+    assert resolve.resolve(o, machine=CUDA_ASSUMED, gpus=(0,)).zero.offload == "nvme"
+    # No nvme offload: the path is not read.
+    assert (
+        run_of(stage=3, offload="cpu", nvme_path=str(afile), gpus_per_node=1).zero.offload == "cpu"
+    )
+
+
+CUDA_ASSUMED = dataclasses.replace(CUDA, assumed=True)

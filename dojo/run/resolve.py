@@ -8,6 +8,7 @@ problem, each with its hint.
 from typing import Any
 
 from dojo.errors import ConfigError
+from dojo.run.groups.devices import device_problems
 from dojo.run.groups.kernels import (
     kernel_problems,
     liger_spares_experts,
@@ -25,7 +26,13 @@ from dojo.run.groups.lora import (
 )
 from dojo.run.groups.objective import objective_problems, resolve_objective
 from dojo.run.groups.output import output_problems, resolve_output
-from dojo.run.groups.zero import leaf_problem, resolve_zero, stage3_problems, zero_problems
+from dojo.run.groups.zero import (
+    leaf_problem,
+    nvme_path_problem,
+    resolve_zero,
+    stage3_problems,
+    zero_problems,
+)
 from dojo.run.machine import Machine
 from dojo.run.run import Run
 from dojo.run.schema import RunOptions
@@ -42,6 +49,7 @@ def problems(o: RunOptions, machine: Machine, given: set[str]) -> list[tuple[str
         offload=o.zero.offload != "none", cuda=machine.cuda, given=given,
     )  # fmt: skip
     out += output_problems(o.output, machine.assumed)
+    out += device_problems(o.devices)
     out += objective_problems(o.objective, micro_batch=o.loop.micro_batch, packing=o.data.packing,
                               liger=o.kernels.liger, given=given)  # fmt: skip
     if o.data.eval_data and o.data.eval_split is not None:
@@ -84,6 +92,10 @@ def resolve(
     _check_data(o)
     _check_template(o)
     said: list[str] = []
+    if gpus and not machine.assumed and o.devices.hostfile is None:  # dojo train, on this machine
+        nvme = nvme_path_problem(o.zero, said)
+        if nvme:
+            raise ConfigError(*nvme)
     full = not o.model.adapters
     preference = o.objective.preference
     kernels = resolve_kernels(o.kernels, machine=machine, spec=spec, packing=o.data.packing,

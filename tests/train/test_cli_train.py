@@ -172,6 +172,10 @@ def test_config_file_and_flag_precedence(cli, model_dir: Path, tmp_path: Path, n
         (["--zero", "2", "--z3-leaf", "Foo"], "error: --z3-leaf Foo applies to ZeRO-3 only"),
         (["--zero", "3", "--z3-leaf", "Foo"], "error: --z3-leaf Foo: a llama model has no class"),
         (["--method", "lora", "--lora-targets", "nope"], "error: --lora-targets nope: matches no"),
+        (
+            ["--master-addr", "10.0.0.1"],
+            "error: --master-addr 10.0.0.1 applies to a run on several",
+        ),
     ],
 )
 def test_bad_input_one_line_nothing_launched(

@@ -7,8 +7,10 @@ optimizer, no buckets, no offload.
 """
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from dojo.run.field import ALL, Auto, opt
@@ -212,6 +214,33 @@ def stage3_problems(z: ZeroOptions, given: set[str] | frozenset[str]) -> list[tu
             out.append((f"{flag} {value} applies to ZeRO-3 only (got --zero {z.stage})",
                         f"use --zero 3, or drop {flag}"))  # fmt: skip
     return out
+
+
+def nvme_path_problem(z: ZeroOptions, said: list[str]) -> tuple[str, str] | None:
+    """--nvme-path for a run on this machine: DeepSpeed makes its swap folders under it with
+    os.makedirs (swap_tensor: optimizer_utils.py, partitioned_param_swapper.py), so a missing
+    folder is made (and said); a file, or a folder that cannot be made or written, fails there,
+    after the model is loaded. Another machine's path (several nodes, a plan) is not checked."""
+    path = z.nvme_path
+    if path is None or "nvme" not in (z.offload if z.stage else "none", z.param_device):
+        return None
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        return (f"--nvme-path {path}: is a file, not a folder",
+                "give a folder on a fast local NVMe disk, e.g. --nvme-path /local_nvme")  # fmt: skip
+    near = next(a for a in (p, *p.absolute().parents) if a.exists())
+    if not near.is_dir():
+        return (f"--nvme-path {path}: {near} is a file, so the folder cannot be made",
+                "give a folder on a fast local NVMe disk, e.g. --nvme-path /local_nvme")  # fmt: skip
+    if not os.access(near, os.W_OK | os.X_OK):
+        what = "is not writable" if near == p else f"cannot be made: {near} is not writable"
+        return (f"--nvme-path {path}: {what}",
+                f"mkdir -p {path} as a user who may, and give it to the user training, or "
+                "choose a folder you can write")  # fmt: skip
+    if near != p:
+        said.append(f"nvme path: {path} does not exist; DeepSpeed makes it (mkdir -p) when the "
+                    "run starts")  # fmt: skip
+    return None
 
 
 def leaf_problem(z: ZeroOptions, spec: Any, remote_code: bool = False) -> tuple[str, str] | None:
