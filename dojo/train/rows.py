@@ -119,16 +119,34 @@ def read_rows(
     hub_check = outside_rank if hub_check is None else hub_check
     count_tables = outside_rank if count_tables is None else count_tables
     cols = columns or {}
+    seen: set[str] = set()
+    hub = False
     for spec in paths:
         src = sources.parse(spec)
         if src.kind == "hub":
             if hub_check:
                 data_check.check_hub_dataset(src.name)
             report.passthrough.append(src.key())
+            hub = True
             continue
         for ref in src.files:
-            _read_file(report, ref, template, cols, count_tables, objective)
+            seen |= _read_file(report, ref, template, cols, count_tables, objective)
+    if not hub:  # a Hub dataset's columns are known to the ranks only
+        _check_columns_exist(cols, seen, paths)
     return report
+
+
+def _check_columns_exist(cols: dict[str, str], seen: set[str], paths: list[str]) -> None:
+    """A --data-columns SOURCE no file has: the mapping would be dropped unsaid (and the rows
+    read as they are, or refused for a missing column the user believes mapped)."""
+    for source, target in cols.items():
+        if source not in seen:
+            shown = ", ".join(sorted(seen)[:12]) + (", ..." if len(seen) > 12 else "")
+            raise DataError(
+                f"--data-columns {target}={source}: no row of --data {', '.join(paths)} has a "
+                f"column {source!r}",
+                hint=f"the right side names a column of your data: {shown or '(none)'}",
+            )
 
 
 def _read_file(
@@ -138,7 +156,9 @@ def _read_file(
     cols: dict[str, str],
     count_tables: bool,
     objective: str = "sft",
-) -> None:
+) -> set[str]:
+    """Reads one file into ``report``; returns the column names its rows use."""
+
     def validate(record: Any) -> Any:
         return validate_record(sources.rename(record, cols), objective)
 
@@ -153,13 +173,13 @@ def _read_file(
     tally = count if count_tables else None
     path = _check_file(ref)
     if path.suffix.lower() == ".csv":
-        data_check.check_csv(path, ref, validate, cols, tally)
+        names = data_check.check_csv(path, ref, validate, cols, tally)
         report.passthrough.append(ref)
-        return
+        return set(names)
     if path.suffix.lower() in PASSTHROUGH_SUFFIXES:
-        data_check.check_parquet(path, ref, validate, cols, tally)
+        names = data_check.check_parquet(path, ref, validate, cols, tally)
         report.passthrough.append(ref)
-        return
+        return set(names)
     try:
         records = _records(path, ref)
     except RecursionError:  # json.loads recurses once per level of nesting
@@ -167,15 +187,19 @@ def _read_file(
             f"--data {ref}: a row is nested too deeply to be a conversation",
             hint='each row is one object: {"messages": [{"role": ..., "content": ...}]}',
         ) from None
+    seen: set[str] = set()
     for source, record in records:
         if isinstance(record, Unreadable):
             report.bad.append((source, record.reason))
             continue
+        if isinstance(record, dict):
+            seen.update(map(str, record))
         nested = safe_load.nesting_exceeds(record, safe_load.MAX_DEPTH)
         if nested:
             report.bad.append((source, f"nested deeper than {safe_load.MAX_DEPTH} levels"))
             continue
         _add(report, source, sources.rename(record, cols), template, objective)
+    return seen
 
 
 def validate_record(record: Any, objective: str = "sft") -> tuple[str, Row]:
