@@ -336,3 +336,14 @@ def test_lora_targets_matching_nothing_name_the_models_linear_layers(cli) -> Non
     assert r.exit_code == 1 and "its linear layers are q_a_proj,q_b_proj,kv_a_proj_with_mqa," in (
         r.stderr
     )
+
+
+def test_seq_len_past_max_position_embeddings_is_an_assumed_line(cli, tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                               "vocab_size": 256, "max_position_embeddings": 2048}))  # fmt: skip
+    r = cli("estimate", "--model", str(cfg), "--seq-len", "4096")
+    assert r.exit_code == 0, r.stderr
+    assert "assumed: seq len 4096: past the model's max_position_embeddings 2048" in r.stderr
+    r = cli("estimate", "--model", str(cfg), "--seq-len", "2048")
+    assert "max_position_embeddings" not in r.stderr

@@ -442,6 +442,7 @@ def test_lora_options_a_full_run_would_drop_are_refused() -> None:
     # A default is no request: a file listing every option (--print-config, a preset) still
     # runs with --method full, and so does a default typed out.
     assert run_of(method="full", lora_r=16, lora_alpha=32).model.method == "full"
+    assert run_of(method="full", lora_dropout=0.0).model.method == "full"  # no dropout: as full
     listed = inputs.merge("train", inputs.load_file("lora"), {"method": "full"})
     run = resolve.resolve(listed, machine=CPU, given=set(inputs.load_file("lora")) | {"method"})
     assert run.model.method == "full"
@@ -534,3 +535,21 @@ def test_nvme_path_is_checked_for_a_run_on_this_machine(tmp_path: Path) -> None:
 
 
 CUDA_ASSUMED = dataclasses.replace(CUDA, assumed=True)
+
+
+def test_seq_len_past_the_models_context_is_said_not_refused() -> None:
+    from dojo.modelspec import from_hf_config, resolve_model
+
+    config = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "vocab_size": 256, "intermediate_size": 128, "max_position_embeddings": 2048}  # fmt: skip
+    spec = from_hf_config(config, "m")
+    line = ("seq len 4096: past the model's max_position_embeddings 2048 (config.json); trained "
+            "as asked, positions beyond it are new to the model unless its rope_scaling covers "
+            "them")  # fmt: skip
+    assert line in run_of(spec=spec, seq_len=4096).assumed
+    assert not any("max_position" in a for a in run_of(spec=spec, seq_len=2048).assumed)
+    assert not any(
+        "max_position" in a for a in run_of(spec=resolve_model("7b"), seq_len=8192).assumed
+    )
+    for odd in (None, "2048", True, -1, 2048.5):  # not said: nothing to compare with
+        assert from_hf_config({**config, "max_position_embeddings": odd}, "m").max_positions == 0

@@ -8,6 +8,7 @@ problem, each with its hint.
 from typing import Any
 
 from dojo.errors import ConfigError
+from dojo.run.groups.data import context_line
 from dojo.run.groups.devices import device_problems
 from dojo.run.groups.kernels import (
     kernel_problems,
@@ -107,6 +108,9 @@ def resolve(
                         evaluates=o.data.evaluates, save_steps=o.output.save_steps,
                         preference=preference)  # fmt: skip
     lora = resolve_lora(o.lora, spec, o.model.adapters, said)
+    context = context_line(o.data, spec)
+    if context:
+        said.append(context)
     model_type = getattr(spec, "model_type", None)
     if liger_spares_experts(kernels.liger_kernels, o.model.adapters, lora.target_names, model_type):
         said.append(spare_experts_line(model_type))

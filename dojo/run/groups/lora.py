@@ -114,12 +114,15 @@ def lora_problems(
 ) -> list[tuple[str, str]]:
     """(message, hint) for the LoRA options that contradict the run. With --method full, an
     adapter option the user set (``given``) to another value than its default would be dropped
-    unsaid; its default (a preset or a --print-config file lists every option) is no request."""
+    unsaid; its default (a preset or a --print-config file lists every option) is no request,
+    and neither is --lora-dropout 0 (no dropout: what a full run has; sweeps over full and LoRA
+    runs pass it to both)."""
     out: list[tuple[str, str]] = []
     if full:
         for f in dataclasses.fields(LoraOptions):
             value = getattr(lora, f.name)
-            if f.name in ADAPTER_SHAPE and f.name in given and value != f.default:
+            idle = (f.default, 0.0) if f.name == "lora_dropout" else (f.default,)
+            if f.name in ADAPTER_SHAPE and f.name in given and value not in idle:
                 flag = (f.metadata["flags"] or ("--" + f.name.replace("_", "-"),))[0]
                 out.append((f"{flag} {value} applies to --method lora or qlora only",
                             f"drop {flag}, or use --method lora"))  # fmt: skip
