@@ -100,6 +100,7 @@ def read_rows(
     columns: dict[str, str] | None = None,
     count_tables: bool | None = None,
     objective: str = "sft",
+    require_columns: bool = False,
 ) -> RowsReport:
     """Every row of every local JSON file (see module docstring). ``paths`` are --data values
     (dojo.train.sources: files, folders, Hub datasets, =WEIGHT); ``columns`` {source: target}
@@ -111,6 +112,9 @@ def read_rows(
     launched rank (LOCAL_RANK unset): the launcher checked before launch, ranks need not ask.
     ``count_tables``: validate every Parquet/CSV row into the counts (``valid``, ``bad``);
     None = outside a launched rank, as for hub_check (ranks read those rows with `datasets`).
+    ``require_columns``: every ``columns`` source must be a column of some local file (the
+    launcher's check of --data, all sources at once; a rank reads one source at a time, and
+    --eval-data need not have the training data's columns).
     """
     report = RowsReport()
     if not paths:
@@ -131,7 +135,7 @@ def read_rows(
             continue
         for ref in src.files:
             seen |= _read_file(report, ref, template, cols, count_tables, objective)
-    if not hub:  # a Hub dataset's columns are known to the ranks only
+    if require_columns and not hub:  # a Hub dataset's columns are known to the ranks only
         _check_columns_exist(cols, seen, paths)
     return report
 

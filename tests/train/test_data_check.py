@@ -347,7 +347,7 @@ def test_a_column_map_naming_no_column_of_the_data_is_refused(tmp_path: Path) ->
     chats = tmp_path / "chats.jsonl"
     chats.write_text(json.dumps(GOOD) + "\n")
     with pytest.raises(DataError) as e:
-        read_rows([str(chats)], columns={"nosuch": "messages"})
+        read_rows([str(chats)], columns={"nosuch": "messages"}, require_columns=True)
     assert e.value.message == (
         f"--data-columns messages=nosuch: no row of --data {chats} has a column 'nosuch'"
     )
@@ -356,14 +356,24 @@ def test_a_column_map_naming_no_column_of_the_data_is_refused(tmp_path: Path) ->
     qa = tmp_path / "qa.csv"
     qa.write_text("question,answer\nq,a\n")
     cols = {"question": "prompt", "answer": "completion"}
-    assert read_rows([str(chats), str(qa)], columns=cols).valid == 2
+    assert read_rows([str(chats), str(qa)], columns=cols, require_columns=True).valid == 2
     with pytest.raises(DataError, match="--data-columns text=body: no row of --data .* 'body'"):
-        read_rows([str(chats), str(qa)], columns={**cols, "body": "text"})
+        read_rows([str(chats), str(qa)], columns={**cols, "body": "text"}, require_columns=True)
     pq.write_table(pa.table({"conversation": [GOOD["messages"]]}), tmp_path / "c.parquet")
     parquet = str(tmp_path / "c.parquet")
-    assert read_rows([parquet], columns={"conversation": "messages"}).valid == 1
+    assert (
+        read_rows([parquet], columns={"conversation": "messages"}, require_columns=True).valid == 1
+    )
     with pytest.raises(DataError, match="has a column 'body'") as e:
-        read_rows([parquet, str(chats)], columns={"conversation": "messages", "body": "text"})
+        read_rows(
+            [parquet, str(chats)],
+            columns={"conversation": "messages", "body": "text"},
+            require_columns=True,
+        )
     assert e.value.hint == "the right side names a column of your data: conversation, messages"
-    # A Hub dataset's columns are the ranks' to read: nothing to compare with here.
-    assert read_rows(["org/chats"], columns={"nosuch": "messages"}, hub_check=False).passthrough
+    # A Hub dataset's columns are the ranks' to read: nothing to compare with here; and a rank
+    # (one source at a time) or --eval-data does not ask.
+    hub = read_rows(["org/chats"], columns={"nosuch": "messages"}, hub_check=False,
+                    require_columns=True)  # fmt: skip
+    assert hub.passthrough
+    assert read_rows([str(chats)], columns={"nosuch": "messages"}).valid == 1
