@@ -167,11 +167,21 @@ def spec_fields(config: dict[str, Any], name: str, source: str) -> dict[str, Any
         "norms_per_layer": _NORMS_PER_LAYER.get(model_type, 2),
         "qk_norm": model_type in _QK_NORM,
         **_quantization(r, config),
+        "max_positions": _max_positions(r),
     }
     if r.has("kv_lora_rank"):
         fields.update(_mla(r, heads, attn_bias))
     fields.update(_moe(r, model_type, layers, inter, attn_bias))
     return fields
+
+
+def _max_positions(r: _Reader) -> int:
+    """max_position_embeddings, or 0: it bounds nothing dojo computes (a longer --seq-len is a
+    note), so an odd value is read as "not said" rather than refused."""
+    value = r.cfg.get("max_position_embeddings")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 1 << 40:
+        return 0
+    return value
 
 
 def _refuse_non_decoder(r: _Reader, model_type: str) -> None:

@@ -92,6 +92,9 @@ class ModelSpec:
     unquantized weights."""
     quant_double: bool = False
     """bitsandbytes 4-bit: the absmax constants quantized again (bnb_4bit_use_double_quant)."""
+    max_positions: int = 0
+    """config.json's max_position_embeddings: the context the model was made for; 0 when it
+    does not say (the built-in architectures)."""
 
     @property
     def is_moe(self) -> bool:

@@ -119,6 +119,25 @@ def test_check_json_for_template_without_system(cli) -> None:
     assert [s["text"] for s in data["assistant_spans"]][-1] == "The answer is 6."
 
 
+def test_check_fails_for_a_template_that_trains_on_nothing(cli, tmp_path: Path) -> None:
+    silent = tmp_path / "silent.jinja"
+    silent.write_text("{% for m in messages if m.role != 'assistant' %}{{ m.content }}{% endfor %}")
+    error = (
+        f"error: --template {silent}: marks no assistant tokens for training (its rendering of "
+        "the conversation holds none of the 2 assistant replies)"
+    )
+    r = cli("chat-template", "check", "--template", str(silent))
+    assert r.exit_code == 1
+    assert "assistant spans:     0 (0 chars trained on)" in r.stdout  # the report, then why
+    assert r.stderr.splitlines()[0] == error
+    assert r.stderr.splitlines()[1].startswith("hint: dojo trains the assistant replies it finds")
+    r = cli("chat-template", "check", "--template", str(silent), "--json")
+    assert r.exit_code == 1 and json.loads(r.stdout)["assistant_spans"] == []
+    assert r.stderr.splitlines()[0] == error
+    for name in ("chatml", "llama-3.1-instruct", "qwen3"):
+        assert cli("chat-template", "check", "--template", name).exit_code == 0, name
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -177,21 +177,23 @@ def test_check_ok_warning_and_error(cli, tmp_path: Path) -> None:
     warn = tmp_path / "warn.json"
     warn.write_text(json.dumps(build_ds_config(ZeroOptions(stage=2, optimizer="ds"))))
     r = cli("config", "--check", str(warn))
-    assert r.exit_code == 0
-    assert r.stdout.startswith(f'{warn}:optimizer: warning: the DeepSpeed "optimizer" block wins')
+    assert (r.exit_code, r.stdout) == (0, "")
+    assert r.stderr.startswith(f'{warn}:optimizer: warning: the DeepSpeed "optimizer" block wins')
 
     bad = tmp_path / "bad.json"
     bad.write_text('{\n  "zero_optimization": {"stage": 2,\n}\n')
     r = cli("config", "--check", str(bad))
-    assert r.exit_code == 1
-    assert r.stdout.startswith(f"{bad}:3:1: error: invalid JSON")
+    assert (r.exit_code, r.stdout) == (1, "")  # errors go where every dojo error goes
+    assert r.stderr.startswith(f"{bad}:3:1: error: invalid JSON")
+    assert r.stderr.endswith(f"{bad}: 1 error(s), 0 warning(s)\n")
 
     typo = tmp_path / "typo.json"
     typo.write_text(json.dumps({"zero_optimization": {"stage": 2, "overlap_com": True}}))
     r = cli("config", "--check", str(typo))
-    assert r.exit_code == 1
-    assert r.stdout == (
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == (
         f"{typo}:zero_optimization.overlap_com: error: unknown key 'overlap_com'; did you mean 'overlap_comm'?\n"
+        f"{typo}: 1 error(s), 0 warning(s)\n"
     )
 
 
@@ -241,3 +243,26 @@ def test_dash_output_is_stdout(cli, tmp_path: Path, monkeypatch) -> None:
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["zero_optimization"]["stage"] == 2
     assert not (tmp_path / "-").exists()
+
+
+def test_zero3_options_below_zero3_and_unknown_leaf_classes_are_refused(cli) -> None:
+    r = cli("config", "--zero", "2", "--z3-leaf", "Foo", "--prefetch-bucket-size", "5e8",
+            "--sub-group-size", "1e8")  # fmt: skip
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr.splitlines() == [
+        "error: --prefetch-bucket-size 500000000 applies to ZeRO-3 only (got --zero 2)",
+        "hint: use --zero 3, or drop --prefetch-bucket-size",
+        "error: --sub-group-size 100000000 applies to ZeRO-3 only (got --zero 2)",
+        "hint: use --zero 3, or drop --sub-group-size",
+        "error: --z3-leaf Foo applies to ZeRO-3 only (got --zero 2)",
+        "hint: use --zero 3, or drop --z3-leaf",
+    ]
+    r = cli("config", "--model", "8b", "--zero", "3", "--z3-leaf", "Foo")
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == (
+        "error: --z3-leaf Foo: a llama model has no class Foo\n"
+        "hint: use auto, off, or one of its classes: LlamaDecoderLayer\n"
+    )
+    # Without --model the class is written as given (dojo train checks it against the model).
+    r = cli("config", "--zero", "3", "--z3-leaf", "Foo")
+    assert json.loads(r.stdout)["zero_optimization"]["leaf_module"]["classes"][0] == "Foo"

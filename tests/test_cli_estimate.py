@@ -1,6 +1,8 @@
 """`dojo estimate` through the real entry point: table, --json schema, every bad-input message."""
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -203,6 +205,14 @@ def test_local_config(cli, tmp_path) -> None:
             ["--model", "7b", "--zero", "0", "--offload", "cpu"],
             "error: --offload cpu needs ZeRO stage 1, 2 or 3",
         ),
+        (
+            ["--model", "7b", "--zero", "2", "--z3-leaf", "Foo"],
+            "error: --z3-leaf Foo applies to ZeRO-3 only (got --zero 2)",
+        ),
+        (
+            ["--model", "7b", "--method", "full", "--lora-r", "8"],
+            "error: --lora-r 8 applies to --method lora or qlora only",
+        ),
     ],
 )
 def test_bad_input(cli, args: list[str], message: str) -> None:
@@ -286,3 +296,54 @@ def test_zero_none_row(cli) -> None:
     assert [row["stage"] for row in json.loads(r.stdout)["rows"]][0] == 0
     r = cli("estimate", "--model", "1b", "--zero", "none", "--offload", "cpu")
     assert r.exit_code == 1 and "error: --offload cpu needs DeepSpeed (got --zero none)" in r.stderr
+
+
+def test_zero_all_says_which_stages_an_option_leaves_out(cli) -> None:
+    def stages_and_assumed(*args: str) -> tuple[list[Any], list[str]]:
+        r = cli("estimate", "--model", "1b", "--zero", "all", "--json", *args)
+        assert r.exit_code == 0, r.stderr
+        doc = json.loads(r.stdout)
+        return [row["stage"] for row in doc["rows"]], doc["assumed"]
+
+    stages, assumed = stages_and_assumed("--offload", "cpu")
+    assert stages == [1, 2, 3]
+    assert "--zero all leaves out --zero none (--offload cpu needs DeepSpeed); --zero 0 " \
+        "(--offload cpu needs ZeRO stage 1, 2 or 3)" in assumed  # fmt: skip
+    stages, assumed = stages_and_assumed("--offload-param", "cpu")
+    assert stages == [3]
+    assert "--zero all leaves out --zero none, 0, 1, 2 (--offload-param cpu needs --zero 3)" in (
+        assumed
+    )
+    stages, assumed = stages_and_assumed("--z3-leaf", "off", "--sub-group-size", "2e8")
+    assert stages == [3, 3, 3]
+    assert assumed[0].startswith("--zero all leaves out --zero none, 0, 1, 2 (--sub-group-size")
+    stages, assumed = stages_and_assumed()
+    assert stages[0] == "none" and not any("leaves out" in a for a in assumed)
+    r = cli("estimate", "--model", "1b", "--zero", "all", "--offload", "cpu")
+    assert "assumed: --zero all leaves out --zero none (--offload cpu" in r.stderr
+
+
+def test_lora_targets_matching_nothing_name_the_models_linear_layers(cli) -> None:
+    r = cli("estimate", "--model", "7b", "--method", "lora", "--lora-targets", "nope")
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == (
+        "error: --lora-targets nope: matches no linear layer of this llama model\n"
+        "hint: its linear layers are q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj; "
+        "name some of them, or use all-linear\n"
+    )
+    mla = Path(__file__).parent / "data" / "moe" / "deepseek-v3.config.json"
+    r = cli("estimate", "--model", str(mla), "--method", "qlora", "--lora-targets", "q_proj")
+    assert r.exit_code == 1 and "its linear layers are q_a_proj,q_b_proj,kv_a_proj_with_mqa," in (
+        r.stderr
+    )
+
+
+def test_seq_len_past_max_position_embeddings_is_an_assumed_line(cli, tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                               "vocab_size": 256, "max_position_embeddings": 2048}))  # fmt: skip
+    r = cli("estimate", "--model", str(cfg), "--seq-len", "4096")
+    assert r.exit_code == 0, r.stderr
+    assert "assumed: seq len 4096: past the model's max_position_embeddings 2048" in r.stderr
+    r = cli("estimate", "--model", str(cfg), "--seq-len", "2048")
+    assert "max_position_embeddings" not in r.stderr

@@ -25,7 +25,7 @@ class Hostile:
     expect: tuple[str, ...]
     """Substrings of the one error line (+ its hint): the flag, the value, what is wrong."""
     hint: bool = True
-    """False for `config --check` lint findings (stdout lines, no hint by design)."""
+    """False for `config --check` lint findings (FILE:WHERE: error: lines, no hint by design)."""
     gpus: int = 0
 
 

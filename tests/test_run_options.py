@@ -178,8 +178,10 @@ def test_buckets_follow_the_model() -> None:
     )  # capped at the model
     assert run_of(CUDA, tiny, stage=3).zero.leaf_classes == ("Qwen2DecoderLayer",)
     assert run_of(CUDA, spec, stage=3, z3_leaf="off").zero.leaf_classes == ()
-    named = run_of(CUDA, spec, stage=3, z3_leaf="MyLayer").zero.leaf_classes
-    assert named == ("MyLayer",)  # a class of the user's own, as given
+    named = run_of(CUDA, spec, stage=3, z3_leaf="LlamaMLP").zero.leaf_classes
+    assert named == ("LlamaMLP",)  # another class of the model's, as given
+    remote = run_of(CUDA, spec, stage=3, z3_leaf="MyLayer", trust_remote_code=True)
+    assert remote.zero.leaf_classes == ("MyLayer",)  # the model's own code: its own names
 
 
 def test_liger_auto_follows_the_machine_and_compile() -> None:
@@ -426,3 +428,128 @@ def test_sdpa_varlen_needs_packing_and_no_soft_capping() -> None:
         values(attn="sdpa_varlen", packing=True), machine=CUDA, spec=resolve_model("llama-3.2-1b")
     )
     assert render.estimate_setup(run).attention == "flash_attention_2"
+
+
+def test_lora_options_a_full_run_would_drop_are_refused() -> None:
+    for name, value, flag in (("lora_r", 8, "--lora-r 8"), ("lora_alpha", 8, "--lora-alpha 8"),
+                              ("lora_dropout", 0.5, "--lora-dropout 0.5"),
+                              ("lora_targets", "zzz", "--lora-targets zzz")):  # fmt: skip
+        with pytest.raises(ConfigError) as e:
+            run_of(method="full", **{name: value})
+        assert e.value.message == f"{flag} applies to --method lora or qlora only"
+        assert e.value.hint == f"drop {flag.split()[0]}, or use --method lora"
+        assert run_of(method="lora", **{name: value}).model.method == "lora"
+    # A default is no request: a file listing every option (--print-config, a preset) still
+    # runs with --method full, and so does a default typed out.
+    assert run_of(method="full", lora_r=16, lora_alpha=32).model.method == "full"
+    assert run_of(method="full", lora_dropout=0.0).model.method == "full"  # no dropout: as full
+    listed = inputs.merge("train", inputs.load_file("lora"), {"method": "full"})
+    run = resolve.resolve(listed, machine=CPU, given=set(inputs.load_file("lora")) | {"method"})
+    assert run.model.method == "full"
+
+
+def test_zero3_options_below_zero3_are_refused() -> None:
+    for name, value, flag in (("z3_leaf", "Foo", "--z3-leaf Foo"),
+                              ("prefetch_bucket_size", 500_000_000,
+                               "--prefetch-bucket-size 500000000"),
+                              ("sub_group_size", 100_000_000, "--sub-group-size 100000000")):  # fmt: skip
+        for stage in ("none", 0, 1, 2):
+            with pytest.raises(ConfigError) as e:
+                run_of(stage=stage, **{name: value})
+            assert e.value.message == f"{flag} applies to ZeRO-3 only (got --zero {stage})"
+            assert e.value.hint == f"use --zero 3, or drop {flag.split()[0]}"
+        assert run_of(stage=3, **{name: value}).zero.stage == 3
+    # Their defaults ask nothing, and neither does --z3-leaf off; a --print-config file of a
+    # ZeRO-2 run lists them so.
+    assert run_of(stage=2, z3_leaf="off", prefetch_bucket_size="auto").zero.stage == 2
+    z2 = run_of(stage=2)
+    again = inputs.merge("train", {}, {k: v for k, v in z2.values().items() if k in OPTIONS})
+    assert resolve.resolve(again, machine=CPU, given=set(OPTIONS)).zero.stage == 2
+
+
+def test_z3_leaf_class_must_be_the_models_own() -> None:
+    from dojo.modelspec import resolve_model
+
+    llama = resolve_model("8b")
+    with pytest.raises(ConfigError) as e:
+        run_of(spec=llama, stage=3, z3_leaf="Foo")
+    assert e.value.message == "--z3-leaf Foo: a llama model has no class Foo"
+    assert e.value.hint == "use auto, off, or one of its classes: LlamaDecoderLayer"
+    with pytest.raises(ConfigError, match="has no class Foo"):
+        run_of(spec=llama, stage=3, z3_leaf="LlamaDecoderLayer,Foo")
+    for own in ("LlamaDecoderLayer", "LlamaMLP",
+                "transformers.models.llama.modeling_llama.LlamaDecoderLayer"):  # fmt: skip
+        assert run_of(spec=llama, stage=3, z3_leaf=own).zero.z3_leaf == own
+    assert run_of(stage=3, z3_leaf="Foo").zero.z3_leaf == "Foo"  # no model: kept as given
+    moe = resolve_model(str(Path(__file__).parent / "data/moe/qwen3-30b-a3b.config.json"))
+    with pytest.raises(ConfigError) as e:
+        run_of(spec=moe, stage=3, z3_leaf="MixtralSparseMoeBlock")
+    assert e.value.hint == (
+        "use auto, off, or one of its classes: Qwen3MoeDecoderLayer, Qwen3MoeSparseMoeBlock"
+    )
+    assert run_of(spec=moe, stage=3, z3_leaf="Qwen3MoeSparseMoeBlock").zero.stage == 3
+
+
+def test_master_addr_is_a_host_and_needs_several_machines() -> None:
+    for bad in ("bad host!", "-oProxyCommand=x", "10.0.0.1; reboot", "a@b"):
+        with pytest.raises(ConfigError) as e:
+            run_of(hostfile="hosts", num_nodes=2, master_addr=bad)
+        assert e.value.message.startswith(f"--master-addr {bad!r}: not a host name or address")
+    for good in ("10.0.0.1", "worker-1", "node_7.cluster.local", "fe80::1%eth0", "[::1]"):
+        assert run_of(hostfile="hosts", num_nodes=2, master_addr=good).devices.master_addr == good
+    with pytest.raises(ConfigError) as e:
+        run_of(master_addr="10.0.0.1", nproc=1)
+    assert (
+        e.value.message
+        == "--master-addr 10.0.0.1 applies to a run on several machines (--hostfile)"
+    )
+    assert e.value.hint and e.value.hint.startswith("drop --master-addr")
+
+
+def test_nvme_path_is_checked_for_a_run_on_this_machine(tmp_path: Path) -> None:
+    def nvme(path: Path, **where: Any) -> Run:
+        o = values(stage=3, offload="nvme", nvme_path=str(path), **where)
+        return resolve.resolve(o, machine=CPU, gpus=(0,), given={"nvme_path"})
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(ConfigError, match=f"--nvme-path {afile}: is a file, not a folder"):
+        nvme(afile)
+    with pytest.raises(ConfigError, match=f"{afile} is a file, so the folder cannot be made"):
+        nvme(afile / "swap")
+    assert nvme(tmp_path).zero.nvme_path == str(tmp_path)
+    missing = tmp_path / "new" / "swap"
+    assumed = nvme(missing).assumed
+    assert f"nvme path: {missing} does not exist; DeepSpeed makes it (mkdir -p) when the run " \
+        "starts" in assumed  # fmt: skip
+    assert not missing.exists()  # said, not made
+    # Another machine's path: several nodes, or a plan (config, estimate, an assumed machine).
+    assert nvme(afile, hostfile="hosts", num_nodes=2).zero.nvme_path == str(afile)
+    assert run_of(stage=3, offload="nvme", nvme_path=str(afile)).zero.offload == "nvme"
+    o = values(stage=3, offload="nvme", nvme_path=str(afile))
+    assert resolve.resolve(o, machine=CUDA_ASSUMED, gpus=(0,)).zero.offload == "nvme"
+    # No nvme offload: the path is not read.
+    assert (
+        run_of(stage=3, offload="cpu", nvme_path=str(afile), gpus_per_node=1).zero.offload == "cpu"
+    )
+
+
+CUDA_ASSUMED = dataclasses.replace(CUDA, assumed=True)
+
+
+def test_seq_len_past_the_models_context_is_said_not_refused() -> None:
+    from dojo.modelspec import from_hf_config, resolve_model
+
+    config = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "vocab_size": 256, "intermediate_size": 128, "max_position_embeddings": 2048}  # fmt: skip
+    spec = from_hf_config(config, "m")
+    line = ("seq len 4096: past the model's max_position_embeddings 2048 (config.json); trained "
+            "as asked, positions beyond it are new to the model unless its rope_scaling covers "
+            "them")  # fmt: skip
+    assert line in run_of(spec=spec, seq_len=4096).assumed
+    assert not any("max_position" in a for a in run_of(spec=spec, seq_len=2048).assumed)
+    assert not any(
+        "max_position" in a for a in run_of(spec=resolve_model("7b"), seq_len=8192).assumed
+    )
+    for odd in (None, "2048", True, -1, 2048.5):  # not said: nothing to compare with
+        assert from_hf_config({**config, "max_position_embeddings": odd}, "m").max_positions == 0

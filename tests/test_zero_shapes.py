@@ -60,8 +60,9 @@ def test_wrong_shapes_are_errors_through_the_cli(
     before = sorted(p.name for p in tmp_path.iterdir())
     r = cli("config", "--check", "ds.json")
     assert r.exit_code == 1, r.stdout + r.stderr
-    errors = [line for line in r.stdout.splitlines() if ": error: " in line]
-    assert len(errors) == 1, r.stdout
+    assert r.stdout == ""
+    errors = [line for line in r.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1, r.stderr
     assert errors[0].startswith(f"ds.json:{where}: error: ") and needle in errors[0], errors[0]
     assert "Traceback" not in r.stdout + r.stderr and " ok" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -124,6 +124,42 @@ def check(template: Any, messages: list[dict[str, Any]] | None = None, **kw: Any
     )
 
 
+UNTRAINED_HINT = (
+    "dojo trains the assistant replies it finds in the rendering: use a template that writes "
+    "each message's content, e.g. a bundled one (dojo chat-template list)"
+)
+
+
+def untrained_problem(spans: SpanReport, messages: list[dict[str, Any]], ref: str,
+                      conversation: str = "the conversation") -> tuple[str, str] | None:  # fmt: skip
+    """(message, hint) when the rendering marks no assistant token for training: a run with
+    this template would train on nothing. None when some reply is marked, or when ``messages``
+    hold no assistant reply with text (the conversation, not the template, is then the cause)."""
+    from dojo.chat.spans import _text_of
+
+    replies = [m for m in messages if m.get("role") == "assistant" and _text_of(m.get("content"))]
+    if spans.spans or not replies:
+        return None
+    return (f"--template {ref}: marks no assistant tokens for training (its rendering of "
+            f"{conversation} holds none of the {len(replies)} assistant replies)", UNTRAINED_HINT)  # fmt: skip
+
+
+def check_trains(ref: str) -> None:
+    """TemplateError when --template ``ref`` marks none of SAMPLE's assistant replies for
+    training. A template that cannot render SAMPLE is left to the data check, which renders
+    the real rows."""
+    from dojo.chat.template import load_template
+
+    tpl = load_template(ref, flag="--template")
+    try:
+        report = check(tpl)
+    except TemplateError:
+        return
+    problem = untrained_problem(report.spans, report.messages, ref, "a sample conversation")
+    if problem:
+        raise TemplateError(*problem)
+
+
 def _history_reasoning(msgs: list[dict[str, Any]]) -> str | None:
     last = max((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), default=-1)
     for i, m in enumerate(msgs):

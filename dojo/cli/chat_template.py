@@ -6,13 +6,16 @@ Example: ``dojo chat-template render --template qwen3 --messages chat.json --add
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from dojo import _output
 from dojo.errors import DataError, DojoError, TemplateError
 from dojo.safe_load import clip, shorten
+
+if TYPE_CHECKING:
+    from dojo.chat.check import CheckReport
 
 chat_app = typer.Typer(
     no_args_is_help=True,
@@ -168,7 +171,7 @@ def check_cmd(
     dojo chat-template check --template qwen3
     dojo chat-template check --template ./my-model --messages chat.json --json
     """
-    from dojo.chat.check import check, marked
+    from dojo.chat.check import check, untrained_problem
     from dojo.chat.template import load_template
 
     tpl = load_template(template)
@@ -177,7 +180,16 @@ def check_cmd(
     _checked_text(rep.spans.text, "the rendering")
     if as_json:
         _output.echo(_output.dumps(rep.to_dict()))
-        return
+    else:
+        _print_check(rep)
+    problem = untrained_problem(rep.spans, rep.messages, template)
+    if problem:  # after the report, which shows what the template rendered instead
+        raise TemplateError(*problem)
+
+
+def _print_check(rep: "CheckReport") -> None:
+    from dojo.chat.check import marked
+
     thinking = {None: "n/a (no reasoning in an earlier turn)", True: "kept", False: "stripped"}
     lines = [
         f"template:            {rep.template}",

@@ -107,8 +107,8 @@ def _run_check(path: str) -> int:
     from dojo.zero.check import check_file
 
     findings = check_file(path)
-    for f in findings:
-        _output.echo(f.format(path))
+    for f in findings:  # messages, as every error and warning dojo prints: stdout stays empty
+        _output.info(f.format(path))
     errors = sum(f.level == "error" for f in findings)
     warnings = len(findings) - errors
     if not findings:

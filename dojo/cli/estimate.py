@@ -120,12 +120,11 @@ def plan_runs(
     zero_all: bool,
 ) -> list["Run"]:
     """One resolved run per row: the stage asked, or the run without DeepSpeed and then every
-    stage, bare and with CPU offload (an offload asked leaves out the rows that cannot take it).
-    Each is the run dojo train would launch."""
+    stage, bare and with CPU offload (an option asked leaves out the stages that cannot take it,
+    and the runs' assumed lines say which and why). Each is the run dojo train would launch."""
     import dataclasses
 
     from dojo.run import resolve
-    from dojo.run.groups.zero import zero_problems
 
     def one(o: "RunOptions") -> "Run":
         return resolve.resolve(
@@ -135,23 +134,38 @@ def plan_runs(
     if not zero_all:
         return [one(options)]
     combos: list[tuple[Stage, str, str]] = []
+    left_out: dict[str, list[str]] = {}
     off, off_p = options.zero.offload, options.zero.offload_param
+    asked_offload = "offload" in given or "offload_param" in given
     stages: tuple[Stage, ...] = ("none", 0, 1, 2, 3)
     for st in stages:
-        shards = st not in ("none", 0)  # a stage that can offload
-        if st == "none" and zero_problems(dataclasses.replace(options.zero, stage=st)):
-            continue  # a DeepSpeed-only option given (--optimizer ds, ...): no such run
-        if "offload" not in given and "offload_param" not in given:
+        why = _why_not(dataclasses.replace(options.zero, stage=st), given)
+        if why:
+            left_out.setdefault(why, []).append(str(st))
+        elif not asked_offload:
             combos.append((st, "none", "none"))
             combos += [(st, "cpu", "none")] if st in (1, 2) else []
             combos += [(st, "cpu", "none"), (st, "cpu", "cpu")] if st == 3 else []
-        elif (
-            not shards
-            and (off != "none" or off_p not in ("auto", "none"))
-            or st != 3
-            and off_p not in ("auto", "none")
-        ):
-            continue
         else:
+            shards = st not in ("none", 0)  # a stage that can offload
             combos.append((st, off if shards else "none", off_p if st == 3 else "none"))
-    return [one(options.replace(stage=st, offload=o, offload_param=p)) for st, o, p in combos]
+    if not combos:  # nothing fits every option: the stage asked says why
+        return [one(options)]
+    runs = [one(options.replace(stage=st, offload=o, offload_param=p)) for st, o, p in combos]
+    if not left_out:
+        return runs
+    line = "--zero all leaves out " + "; ".join(
+        f"--zero {', '.join(sts)} ({why})" for why, sts in left_out.items()
+    )
+    return [dataclasses.replace(r, assumed=(line, *r.assumed)) for r in runs]
+
+
+def _why_not(zero: Any, given: set[str]) -> str:
+    """Why no run at ``zero``'s stage can take the ZeRO options asked ("" when one can): the
+    first problem, without its "(got --zero N)" (the stage is named beside it)."""
+    import re
+
+    from dojo.run.groups.zero import stage3_problems, zero_problems
+
+    found = zero_problems(zero, need_path=False) + stage3_problems(zero, given)
+    return re.sub(r" \(got --zero [^)]*\).*", "", found[0][0]) if found else ""

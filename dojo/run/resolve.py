@@ -8,6 +8,8 @@ problem, each with its hint.
 from typing import Any
 
 from dojo.errors import ConfigError
+from dojo.run.groups.data import context_line
+from dojo.run.groups.devices import device_problems
 from dojo.run.groups.kernels import (
     kernel_problems,
     liger_spares_experts,
@@ -21,10 +23,17 @@ from dojo.run.groups.lora import (
     lora_problems,
     resolve_lora,
     target_names,
+    targets_problem,
 )
 from dojo.run.groups.objective import objective_problems, resolve_objective
 from dojo.run.groups.output import output_problems, resolve_output
-from dojo.run.groups.zero import resolve_zero, zero_problems
+from dojo.run.groups.zero import (
+    leaf_problem,
+    nvme_path_problem,
+    resolve_zero,
+    stage3_problems,
+    zero_problems,
+)
 from dojo.run.machine import Machine
 from dojo.run.run import Run
 from dojo.run.schema import RunOptions
@@ -32,15 +41,16 @@ from dojo.run.schema import RunOptions
 
 def problems(o: RunOptions, machine: Machine, given: set[str]) -> list[tuple[str, str]]:
     """(message, hint) for every rule the options break together."""
-    out = zero_problems(o.zero)
+    out = zero_problems(o.zero) + stage3_problems(o.zero, given)
     out += kernel_problems(o.kernels, o.data.packing, machine, o.objective.preference)
-    out += lora_problems(o.lora, full=not o.model.adapters)
+    out += lora_problems(o.lora, full=not o.model.adapters, given=given)
     out += loop_problems(
         o.loop, evaluates=o.data.evaluates, save_steps=o.output.save_steps,
         ds_scheduler=o.zero.scheduler == "ds", ds_optimizer=o.zero.optimizer == "ds",
         offload=o.zero.offload != "none", cuda=machine.cuda, given=given,
     )  # fmt: skip
     out += output_problems(o.output, machine.assumed)
+    out += device_problems(o.devices)
     out += objective_problems(o.objective, micro_batch=o.loop.micro_batch, packing=o.data.packing,
                               liger=o.kernels.liger, given=given)  # fmt: skip
     if o.data.eval_data and o.data.eval_split is not None:
@@ -56,7 +66,9 @@ def problems(o: RunOptions, machine: Machine, given: set[str]) -> list[tuple[str
 def check(o: RunOptions, machine: Machine, given: set[str], spec: Any = None) -> None:
     found = problems(o, machine, given)
     for problem in (softcap_problem(o.kernels, spec),
-                    expert_dropout_problem(o.lora, spec, o.model.adapters, given)):  # fmt: skip
+                    expert_dropout_problem(o.lora, spec, o.model.adapters, given),
+                    leaf_problem(o.zero, spec, o.model.trust_remote_code),
+                    targets_problem(o.lora, spec, o.model.adapters)):  # fmt: skip
         if problem:
             found.append(problem)
     if found:
@@ -79,7 +91,12 @@ def resolve(
     o = options
     check(o, machine, given, spec)
     _check_data(o)
+    _check_template(o)
     said: list[str] = []
+    if gpus and not machine.assumed and o.devices.hostfile is None:  # dojo train, on this machine
+        nvme = nvme_path_problem(o.zero, said)
+        if nvme:
+            raise ConfigError(*nvme)
     full = not o.model.adapters
     preference = o.objective.preference
     kernels = resolve_kernels(o.kernels, machine=machine, spec=spec, packing=o.data.packing,
@@ -91,6 +108,9 @@ def resolve(
                         evaluates=o.data.evaluates, save_steps=o.output.save_steps,
                         preference=preference)  # fmt: skip
     lora = resolve_lora(o.lora, spec, o.model.adapters, said)
+    context = context_line(o.data, spec)
+    if context:
+        said.append(context)
     model_type = getattr(spec, "model_type", None)
     if liger_spares_experts(kernels.liger_kernels, o.model.adapters, lora.target_names, model_type):
         said.append(spare_experts_line(model_type))
@@ -127,3 +147,14 @@ def _check_data(o: RunOptions) -> None:
     from dojo.train import sources
 
     sources.parse_columns(o.data.data_columns)
+
+
+def _check_template(o: RunOptions) -> None:
+    """--template must mark assistant tokens for training: one that renders none of them would
+    train on nothing, and every row would be dropped only once the ranks render them. (The
+    model's own template, used without --template, is checked where the model folder is read.)"""
+    if o.model.template is None:
+        return
+    from dojo.chat.check import check_trains
+
+    check_trains(o.model.template)

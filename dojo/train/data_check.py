@@ -55,11 +55,11 @@ def looks_like_csv(first_line: str) -> bool:
 
 def check_csv(
     path: Path, ref: str, validate: Any = None, cols: Any = None, count: Any = None
-) -> None:
+) -> list[str]:
     """Header names a format's columns; >= 1 valid row among the first SAMPLE_ROWS. Without
     ``count`` it reads only those rows (the worker reads the file with `datasets`' csv
     builder); ``count(source, record)`` is then called for every row, streamed (the
-    preflight's tally, so "valid rows" counts a CSV file's rows too)."""
+    preflight's tally, so "valid rows" counts a CSV file's rows too). Returns the header."""
     import csv
     import itertools
 
@@ -79,6 +79,7 @@ def check_csv(
             f"--data {ref}: cannot read the CSV file ({e})",
             hint="save it as UTF-8 CSV with a header",
         ) from None
+    return names
 
 
 def _refuse_wide(path: Path, ref: str) -> None:
@@ -108,10 +109,11 @@ def _check_table(
 
 def check_parquet(
     path: Path, ref: str, validate: Any = None, cols: Any = None, count: Any = None
-) -> None:
+) -> list[str]:
     """PAR1 at both ends; with pyarrow: a format's columns (after ``cols`` {source: target}
     renames) and >= 1 valid row among the first SAMPLE_ROWS (``validate(record)`` raises
-    DojoError for a bad one); ``count(source, record)`` as in check_csv, batch by batch."""
+    DojoError for a bad one); ``count(source, record)`` as in check_csv, batch by batch.
+    Returns the column names (every name ``cols`` maps when pyarrow is missing: unchecked)."""
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(4)
@@ -130,8 +132,8 @@ def check_parquet(
         )
     try:
         import pyarrow.parquet as pq  # type: ignore[import-untyped]
-    except ImportError:
-        return  # the worker reads it with `datasets`, which needs pyarrow anyway
+    except ImportError:  # the worker reads it with `datasets`, which needs pyarrow anyway
+        return list(cols or {})
     try:
         pf = pq.ParquetFile(path)
         names = list(pf.schema_arrow.names)
@@ -144,7 +146,7 @@ def check_parquet(
         ) from None
     _check_table(ref, "Parquet", names, records, validate, cols)
     if count is None:
-        return
+        return names
     try:
         i = 0
         for batch in pf.iter_batches(batch_size=1024):
@@ -156,6 +158,7 @@ def check_parquet(
             f"--data {ref}: cannot read the Parquet file ({type(e).__name__}: {e})",
             hint="the file is damaged: export it again",
         ) from None
+    return names
 
 
 def _first_valid(records: list[Any], ref: str, validate: Any) -> None:

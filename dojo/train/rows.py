@@ -100,6 +100,7 @@ def read_rows(
     columns: dict[str, str] | None = None,
     count_tables: bool | None = None,
     objective: str = "sft",
+    require_columns: bool = False,
 ) -> RowsReport:
     """Every row of every local JSON file (see module docstring). ``paths`` are --data values
     (dojo.train.sources: files, folders, Hub datasets, =WEIGHT); ``columns`` {source: target}
@@ -111,6 +112,9 @@ def read_rows(
     launched rank (LOCAL_RANK unset): the launcher checked before launch, ranks need not ask.
     ``count_tables``: validate every Parquet/CSV row into the counts (``valid``, ``bad``);
     None = outside a launched rank, as for hub_check (ranks read those rows with `datasets`).
+    ``require_columns``: every ``columns`` source must be a column of some local file (the
+    launcher's check of --data, all sources at once; a rank reads one source at a time, and
+    --eval-data need not have the training data's columns).
     """
     report = RowsReport()
     if not paths:
@@ -119,16 +123,34 @@ def read_rows(
     hub_check = outside_rank if hub_check is None else hub_check
     count_tables = outside_rank if count_tables is None else count_tables
     cols = columns or {}
+    seen: set[str] = set()
+    hub = False
     for spec in paths:
         src = sources.parse(spec)
         if src.kind == "hub":
             if hub_check:
                 data_check.check_hub_dataset(src.name)
             report.passthrough.append(src.key())
+            hub = True
             continue
         for ref in src.files:
-            _read_file(report, ref, template, cols, count_tables, objective)
+            seen |= _read_file(report, ref, template, cols, count_tables, objective)
+    if require_columns and not hub:  # a Hub dataset's columns are known to the ranks only
+        _check_columns_exist(cols, seen, paths)
     return report
+
+
+def _check_columns_exist(cols: dict[str, str], seen: set[str], paths: list[str]) -> None:
+    """A --data-columns SOURCE no file has: the mapping would be dropped unsaid (and the rows
+    read as they are, or refused for a missing column the user believes mapped)."""
+    for source, target in cols.items():
+        if source not in seen:
+            shown = ", ".join(sorted(seen)[:12]) + (", ..." if len(seen) > 12 else "")
+            raise DataError(
+                f"--data-columns {target}={source}: no row of --data {', '.join(paths)} has a "
+                f"column {source!r}",
+                hint=f"the right side names a column of your data: {shown or '(none)'}",
+            )
 
 
 def _read_file(
@@ -138,7 +160,9 @@ def _read_file(
     cols: dict[str, str],
     count_tables: bool,
     objective: str = "sft",
-) -> None:
+) -> set[str]:
+    """Reads one file into ``report``; returns the column names its rows use."""
+
     def validate(record: Any) -> Any:
         return validate_record(sources.rename(record, cols), objective)
 
@@ -153,13 +177,13 @@ def _read_file(
     tally = count if count_tables else None
     path = _check_file(ref)
     if path.suffix.lower() == ".csv":
-        data_check.check_csv(path, ref, validate, cols, tally)
+        names = data_check.check_csv(path, ref, validate, cols, tally)
         report.passthrough.append(ref)
-        return
+        return set(names)
     if path.suffix.lower() in PASSTHROUGH_SUFFIXES:
-        data_check.check_parquet(path, ref, validate, cols, tally)
+        names = data_check.check_parquet(path, ref, validate, cols, tally)
         report.passthrough.append(ref)
-        return
+        return set(names)
     try:
         records = _records(path, ref)
     except RecursionError:  # json.loads recurses once per level of nesting
@@ -167,15 +191,19 @@ def _read_file(
             f"--data {ref}: a row is nested too deeply to be a conversation",
             hint='each row is one object: {"messages": [{"role": ..., "content": ...}]}',
         ) from None
+    seen: set[str] = set()
     for source, record in records:
         if isinstance(record, Unreadable):
             report.bad.append((source, record.reason))
             continue
+        if isinstance(record, dict):
+            seen.update(map(str, record))
         nested = safe_load.nesting_exceeds(record, safe_load.MAX_DEPTH)
         if nested:
             report.bad.append((source, f"nested deeper than {safe_load.MAX_DEPTH} levels"))
             continue
         _add(report, source, sources.rename(record, cols), template, objective)
+    return seen
 
 
 def validate_record(record: Any, objective: str = "sft") -> tuple[str, Row]:
@@ -183,6 +211,15 @@ def validate_record(record: Any, objective: str = "sft") -> tuple[str, Row]:
     preference ``objective`` reads a Pair or Unpaired row instead."""
     if objective != "sft":
         return to_preference(record, objective)
+    try:
+        return _sft_example(record)
+    except DataError:
+        if _preference_row(record):
+            raise _preference_for_sft(record) from None
+        raise
+
+
+def _sft_example(record: Any) -> tuple[str, Example]:
     fmt, messages = to_example(record)
     if isinstance(messages, PlainText):
         return fmt, messages  # to_example refused an empty text/completion
@@ -192,6 +229,20 @@ def validate_record(record: Any, objective: str = "sft") -> tuple[str, Row]:
     if not any(_has_text(m.get("content")) for m in replies):
         raise DataError("every assistant turn is empty: nothing to train on")
     return fmt, messages
+
+
+def _preference_row(record: Any) -> bool:
+    """A pair of answers to compare (TRL's prompt/chosen/rejected, LLaMA-Factory's
+    conversations + chosen/rejected): a preference objective's row, not a conversation."""
+    return isinstance(record, dict) and "chosen" in record and "rejected" in record
+
+
+def _preference_for_sft(record: dict[str, Any]) -> DataError:
+    keys = ", ".join(sorted(map(str, record)))
+    return DataError(
+        f"a preference row (keys: {keys}), and --objective sft trains conversations: pass "
+        "--objective dpo (or orpo, simpo) to train on the chosen/rejected pairs"
+    )
 
 
 def _add(

@@ -289,6 +289,14 @@ def test_config_file_and_flag_precedence(cli, model_dir: Path, tmp_path: Path, n
         (["--resume"], "error: --resume: no complete checkpoint in --output-dir"),
         (["--template", "chatmll"], "error: --template 'chatmll' is not a bundled template"),
         (["--seq-len", "0"], "error: --seq-len '0': out of range: from 8 to 1,048,576"),
+        (["--lora-r", "8"], "error: --lora-r 8 applies to --method lora or qlora only"),
+        (["--zero", "2", "--z3-leaf", "Foo"], "error: --z3-leaf Foo applies to ZeRO-3 only"),
+        (["--zero", "3", "--z3-leaf", "Foo"], "error: --z3-leaf Foo: a llama model has no class"),
+        (["--method", "lora", "--lora-targets", "nope"], "error: --lora-targets nope: matches no"),
+        (
+            ["--master-addr", "10.0.0.1"],
+            "error: --master-addr 10.0.0.1 applies to a run on several",
+        ),
     ],
 )
 def test_bad_input_one_line_nothing_launched(
@@ -305,6 +313,23 @@ def test_bad_input_one_line_nothing_launched(
     assert lines[0].startswith(message), r.stderr
     assert len(lines) == 2 and lines[1].startswith("hint: ")
     assert "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_template_that_trains_on_nothing(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
+    empty = tmp_path / "empty.jinja"
+    empty.write_text("")
+    out = tmp_path / "out"
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "-o", str(out),
+                "--template", str(empty), "--dry-run")  # fmt: skip
+    assert r.exit_code == 1
+    assert r.stderr.splitlines() == [
+        f"error: --template {empty}: marks no assistant tokens for training (its rendering of a "
+        "sample conversation holds none of the 2 assistant replies)",
+        "hint: dojo trains the assistant replies it finds in the rendering: use a template that "
+        "writes each message's content, e.g. a bundled one (dojo chat-template list)",
+    ]
     assert not out.exists()
 
 

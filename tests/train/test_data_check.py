@@ -335,3 +335,45 @@ def test_cli_refuses_before_launch(
     assert lines[0].startswith(first.format(p=data)), r.stderr
     assert len(lines) == 2 and lines[1].startswith("hint: ")
     assert not out.exists()
+
+
+# ---- --data-columns ------------------------------------------------------------------------
+
+
+def test_a_column_map_naming_no_column_of_the_data_is_refused(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text(json.dumps(GOOD) + "\n")
+    with pytest.raises(DataError) as e:
+        read_rows([str(chats)], columns={"nosuch": "messages"}, require_columns=True)
+    assert e.value.message == (
+        f"--data-columns messages=nosuch: no row of --data {chats} has a column 'nosuch'"
+    )
+    assert e.value.hint == "the right side names a column of your data: messages"
+    # A map is for the files that have the column: across several files, one is enough.
+    qa = tmp_path / "qa.csv"
+    qa.write_text("question,answer\nq,a\n")
+    cols = {"question": "prompt", "answer": "completion"}
+    assert read_rows([str(chats), str(qa)], columns=cols, require_columns=True).valid == 2
+    with pytest.raises(DataError, match="--data-columns text=body: no row of --data .* 'body'"):
+        read_rows([str(chats), str(qa)], columns={**cols, "body": "text"}, require_columns=True)
+    pq.write_table(pa.table({"conversation": [GOOD["messages"]]}), tmp_path / "c.parquet")
+    parquet = str(tmp_path / "c.parquet")
+    assert (
+        read_rows([parquet], columns={"conversation": "messages"}, require_columns=True).valid == 1
+    )
+    with pytest.raises(DataError, match="has a column 'body'") as e:
+        read_rows(
+            [parquet, str(chats)],
+            columns={"conversation": "messages", "body": "text"},
+            require_columns=True,
+        )
+    assert e.value.hint == "the right side names a column of your data: conversation, messages"
+    # A Hub dataset's columns are the ranks' to read: nothing to compare with here; and a rank
+    # (one source at a time) or --eval-data does not ask.
+    hub = read_rows(["org/chats"], columns={"nosuch": "messages"}, hub_check=False,
+                    require_columns=True)  # fmt: skip
+    assert hub.passthrough
+    assert read_rows([str(chats)], columns={"nosuch": "messages"}).valid == 1

@@ -1,6 +1,7 @@
 """dojo.train.launch: the training launch is an argument list, never a shell line. Hostile paths
 stay single argv items from `dojo train` to Popen, and no dojo module runs a shell or unpickles."""
 
+import dataclasses
 import json
 import shlex
 import subprocess
@@ -19,7 +20,11 @@ EVIL = "/tmp/dojo sec/$(touch PWNED); rm -rf ~ `id` && echo 'x'"
 
 
 def test_build_command_keeps_hostile_strings_as_single_items() -> None:
-    cfg = run_of(hostfile=EVIL + "/hosts", num_nodes=2, master_addr="10.0.0.1; reboot")
+    cfg = run_of(hostfile=EVIL + "/hosts", num_nodes=2, master_addr="10.0.0.1")
+    # The resolver refuses such an address; the launcher must keep it one item all the same.
+    cfg = dataclasses.replace(
+        cfg, devices=dataclasses.replace(cfg.devices, master_addr="10.0.0.1; reboot")
+    )
     argv = launch.build_command(cfg, EVIL, Devices("cuda", ()), 29500, python="/usr/bin/python3")
     assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
     assert EVIL + "/hosts" in argv and "10.0.0.1; reboot" in argv

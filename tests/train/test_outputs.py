@@ -199,7 +199,10 @@ def test_template_is_the_runs(tmp_path: Path) -> None:
     out = inspect(fake_run(tmp_path / "named", template="llama-3-instruct"))
     assert outputs.template_ref(out) == ("llama-3-instruct", "--template")
     assert outputs.template_ref(out, "chatml") == ("chatml", "--template")
-    out = inspect(fake_run(tmp_path / "file", template=str(tmp_path / "gone.jinja")))
+    gone = tmp_path / "gone.jinja"
+    gone.write_text(load_template("chatml").source)
+    out = inspect(fake_run(tmp_path / "file", template=str(gone)))  # there when the run was made
+    gone.unlink()
     with pytest.raises(DojoError, match="not there any more"):
         outputs.template_ref(out)
 

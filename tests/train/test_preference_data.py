@@ -149,6 +149,23 @@ def test_columns_map_and_folders_mix_as_for_sft(tmp_path: Path) -> None:
     assert [s.weight for s in mixed] == pytest.approx([0.7, 0.3])
 
 
+def test_preference_rows_under_sft_point_to_a_preference_objective(tmp_path: Path) -> None:
+    from dojo.train.preflight import check_data
+
+    p = tmp_path / "pref.jsonl"
+    p.write_text(json.dumps(PLAIN) + "\n" + json.dumps(SHAREGPT) + "\n")
+    with pytest.raises(DataError) as e:
+        check_data((str(p),))
+    assert e.value.message.endswith(
+        f"{p}:1: a preference row (keys: chosen, prompt, rejected), and --objective sft trains "
+        "conversations: pass --objective dpo (or orpo, simpo) to train on the chosen/rejected pairs"
+    )
+    bad = read_rows([str(p)]).bad
+    assert [why.split(",")[0] for _, why in bad] == ["a preference row (keys: chosen"] * 2
+    assert "(keys: chosen, conversations, rejected, system)" in bad[1][1]
+    assert len(read_rows([str(p)], objective="dpo").rows) == 2
+
+
 def test_preflight_names_the_preference_formats(tmp_path: Path) -> None:
     from dojo.train.preflight import check_data
 

@@ -1,7 +1,7 @@
 """What the model reads: training and held-out data, how rows become samples."""
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from dojo.run.field import PLAN, opt
 
@@ -65,3 +65,15 @@ class DataOptions:
     @property
     def evaluates(self) -> bool:
         return bool(self.eval_data) or self.eval_split is not None
+
+
+def context_line(data: DataOptions, spec: Any) -> str | None:
+    """--seq-len past the context the model was made for: trained as asked (extending a
+    model's context is a fine-tune of its own), but said, since positions past it are new to
+    the model unless its config.json scales RoPE to cover them."""
+    made_for = getattr(spec, "max_positions", 0)
+    if not made_for or data.seq_len <= made_for:
+        return None
+    return (f"seq len {data.seq_len}: past the model's max_position_embeddings {made_for} "
+            "(config.json); trained as asked, positions beyond it are new to the model unless "
+            "its rope_scaling covers them")  # fmt: skip

@@ -1,8 +1,14 @@
 """Where the run goes: GPUs, CPU processes, machines, and the memory the verdict is judged on."""
 
+import re
 from dataclasses import dataclass
 
-from dojo.run.field import ESTIMATE, PLAN, opt
+from dojo.run.field import ESTIMATE, PLAN, opt, short
+
+_HOST = re.compile(r"[A-Za-z0-9_\[][A-Za-z0-9_.:%\[\]-]*", re.ASCII)
+"""A host name (RFC 1123, and the underscores clusters use anyway), IPv4 or IPv6 address: what
+DeepSpeed's runner passes on to torch's rendezvous as MASTER_ADDR. A leading "-" would reach the
+runner and pdsh as an option."""
 
 
 @dataclass(frozen=True)
@@ -31,3 +37,20 @@ class DeviceOptions:
         None, "Host RAM per node in GiB for the verdict [default: this machine's when training]",
         lo=0.1, hi=1e9, example="512", commands=(ESTIMATE,),
     )  # fmt: skip
+
+
+def device_problems(d: DeviceOptions) -> list[tuple[str, str]]:
+    """(message, hint) for the machine options that contradict each other."""
+    out: list[tuple[str, str]] = []
+    addr = d.master_addr
+    if addr is not None and not _HOST.fullmatch(addr):
+        out.append((f"--master-addr {short(addr)}: not a host name or address",
+                    "give the first machine's name or IP address as the others reach it, e.g. "
+                    "--master-addr 10.0.0.1 or worker-1"))  # fmt: skip
+    elif addr is not None and d.hostfile is None:
+        # The runner rendezvouses a run on this machine alone on localhost: the address would
+        # be dropped.
+        out.append((f"--master-addr {addr} applies to a run on several machines (--hostfile)",
+                    "drop --master-addr (one machine meets on localhost), or add --hostfile FILE "
+                    "--num-nodes N"))  # fmt: skip
+    return out

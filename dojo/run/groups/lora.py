@@ -86,6 +86,18 @@ def expert_dropout_problem(
             "q_proj,k_proj,v_proj,o_proj")  # fmt: skip
 
 
+def targets_problem(lora: LoraOptions, spec: Any, adapters: bool) -> tuple[str, str] | None:
+    """--lora-targets naming no linear layer of the known model: PEFT would find nothing to
+    adapt (and the estimate no adapter to count)."""
+    names = lora.target_names
+    if not adapters or spec is None or not names or spec.lora_params(lora.lora_r, names):
+        return None
+    linears = dict.fromkeys(n for _, _, lin in spec.layer_kinds() for n, *_ in lin)
+    return (f"--lora-targets {lora.lora_targets}: matches no linear layer of this "
+            f"{spec.model_type} model",
+            f"its linear layers are {','.join(linears)}; name some of them, or use all-linear")  # fmt: skip
+
+
 def resolve_lora(lora: LoraOptions, spec: Any, adapters: bool, said: list[str]) -> LoraOptions:
     out = dataclasses.replace(lora, modules_to_save=names(lora.modules_to_save))
     if adapters and lora.lora_dropout and fused_expert_adapters(lora, spec):
@@ -96,9 +108,27 @@ def resolve_lora(lora: LoraOptions, spec: Any, adapters: bool, said: list[str]) 
     return out
 
 
-def lora_problems(lora: LoraOptions, full: bool) -> list[tuple[str, str]]:
+ADAPTER_SHAPE = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
+"""The options that shape LoRA adapters: a full fine-tune has none to shape."""
+
+
+def lora_problems(
+    lora: LoraOptions, full: bool, given: set[str] | frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """(message, hint) for the LoRA options that contradict the run. With --method full, an
+    adapter option the user set (``given``) to another value than its default would be dropped
+    unsaid; its default (a preset or a --print-config file lists every option) is no request,
+    and neither is --lora-dropout 0 (no dropout: what a full run has; sweeps over full and LoRA
+    runs pass it to both)."""
     out: list[tuple[str, str]] = []
     if full:
+        for f in dataclasses.fields(LoraOptions):
+            value = getattr(lora, f.name)
+            idle = (f.default, 0.0) if f.name == "lora_dropout" else (f.default,)
+            if f.name in ADAPTER_SHAPE and f.name in given and value not in idle:
+                flag = (f.metadata["flags"] or ("--" + f.name.replace("_", "-"),))[0]
+                out.append((f"{flag} {value} applies to --method lora or qlora only",
+                            f"drop {flag}, or use --method lora"))  # fmt: skip
         for flag, on in (("--dora", lora.dora), ("--rslora", lora.rslora),
                          ("--modules-to-save", bool(lora.modules_to_save)),
                          ("--merge", lora.merge)):  # fmt: skip

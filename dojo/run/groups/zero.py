@@ -7,8 +7,10 @@ optimizer, no buckets, no offload.
 """
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from dojo.run.field import ALL, Auto, opt
@@ -192,9 +194,92 @@ def zero_problems(z: ZeroOptions, *, need_path: bool = True) -> list[tuple[str, 
     return out
 
 
+STAGE3_ONLY = {
+    "prefetch_bucket_size": ("--prefetch-bucket-size", ("auto",)),
+    "sub_group_size": ("--sub-group-size", ("auto",)),
+    "z3_leaf": ("--z3-leaf", ("auto", "off")),
+}
+"""Options only ZeRO-3 reads -> (flag, the values that ask nothing of the run)."""
+
+
+def stage3_problems(z: ZeroOptions, given: set[str] | frozenset[str]) -> list[tuple[str, str]]:
+    """A ZeRO-3 option the user set (``given``) on a run below ZeRO-3, where it would be dropped
+    unsaid. Their defaults ask nothing, and a --print-config file below ZeRO-3 writes those."""
+    if z.stage == 3:
+        return []
+    out = []
+    for name, (flag, idle) in STAGE3_ONLY.items():
+        value = getattr(z, name)
+        if name in given and value not in idle:
+            out.append((f"{flag} {value} applies to ZeRO-3 only (got --zero {z.stage})",
+                        f"use --zero 3, or drop {flag}"))  # fmt: skip
+    return out
+
+
+def nvme_path_problem(z: ZeroOptions, said: list[str]) -> tuple[str, str] | None:
+    """--nvme-path for a run on this machine: DeepSpeed makes its swap folders under it with
+    os.makedirs (swap_tensor: optimizer_utils.py, partitioned_param_swapper.py), so a missing
+    folder is made (and said); a file, or a folder that cannot be made or written, fails there,
+    after the model is loaded. Another machine's path (several nodes, a plan) is not checked."""
+    path = z.nvme_path
+    if path is None or "nvme" not in (z.offload if z.stage else "none", z.param_device):
+        return None
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        return (f"--nvme-path {path}: is a file, not a folder",
+                "give a folder on a fast local NVMe disk, e.g. --nvme-path /local_nvme")  # fmt: skip
+    near = next(a for a in (p, *p.absolute().parents) if a.exists())
+    if not near.is_dir():
+        return (f"--nvme-path {path}: {near} is a file, so the folder cannot be made",
+                "give a folder on a fast local NVMe disk, e.g. --nvme-path /local_nvme")  # fmt: skip
+    if not os.access(near, os.W_OK | os.X_OK):
+        what = "is not writable" if near == p else f"cannot be made: {near} is not writable"
+        return (f"--nvme-path {path}: {what}",
+                f"mkdir -p {path} as a user who may, and give it to the user training, or "
+                "choose a folder you can write")  # fmt: skip
+    if near != p:
+        said.append(f"nvme path: {path} does not exist; DeepSpeed makes it (mkdir -p) when the "
+                    "run starts")  # fmt: skip
+    return None
+
+
+def leaf_problem(z: ZeroOptions, spec: Any, remote_code: bool = False) -> tuple[str, str] | None:
+    """--z3-leaf CLASS that the known model cannot hold: DeepSpeed would match no module and
+    keep its per-module hooks. A class of transformers' modeling code is named after the model's
+    type (LlamaMLP, Qwen2MoeSparseMoeBlock), so only a name outside it is refused; a name inside
+    it the train worker checks against the loaded model. ``remote_code``: the model's own code
+    (--trust-remote-code) names its classes as it likes."""
+    if spec is None or not z.leaf_classes or remote_code:
+        return None
+    known = leaf_choices(spec)
+    # The model's own prefix, as its type spells it (qwen2_moe) and its layer class does
+    # (Gemma3DecoderLayer of gemma3_text, GPTNeoXLayer of gpt_neox).
+    layer = str(spec.decoder_layer_class).removesuffix("DecoderLayer").removesuffix("Layer")
+    prefixes = (_squash(spec.model_type), _squash(layer))
+    foreign = [c for c in z.leaf_classes if not _squash(c.rsplit(".", 1)[-1]).startswith(prefixes)]
+    if not foreign:
+        return None
+    return (f"--z3-leaf {z.z3_leaf}: a {spec.model_type} model has no class {foreign[0]}",
+            f"use auto, off, or one of its classes: {', '.join(known)}")  # fmt: skip
+
+
+def leaf_choices(spec: Any) -> tuple[str, ...]:
+    """The leaf classes dojo knows in ``spec``'s model: its decoder layer, and the MoE block
+    DeepSpeed's own defaults name for its type."""
+    from dojo.zero.build import DS_LEAF_DEFAULTS  # dojo.zero.build imports this module
+
+    blocks = [c.rsplit(".", 1)[-1] for c in DS_LEAF_DEFAULTS
+              if f".{spec.model_type}.modeling_{spec.model_type}." in c]  # fmt: skip
+    return (str(spec.decoder_layer_class), *(blocks if spec.is_moe else []))
+
+
+def _squash(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
 def _no_deepspeed_problems(z: ZeroOptions) -> list[tuple[str, str]]:
-    """What only DeepSpeed does, asked of a run without it (the buckets, tiles and leaf modules
-    are DeepSpeed's too, but they change no result: they stay unused, as another stage's do)."""
+    """What only DeepSpeed does, asked of a run without it (the reduce bucket is DeepSpeed's too,
+    but it changes no result: it stays unused; the ZeRO-3 options are ``stage3_problems``')."""
     out = []
     if z.offload != "none":
         out.append((f"--offload {z.offload} needs DeepSpeed (got --zero none): the plain "

@@ -184,7 +184,9 @@ def fit_z3_leaf(model: Any, training_args: TrainingArguments, run: Any) -> None:
     classes = [c for c in zero.get("leaf_module", {}).get("classes", []) if c != leaf]
     if own:
         zero["leaf_module"] = {"classes": [own[0], *classes]}
-        print0(f"ZeRO-3: no {leaf} in this model; its decoder layer {own[0]} is the leaf")
+        # Said as a warning: ds_config.json and the run record still name the class asked.
+        print0(f"warning: ZeRO-3: no {leaf} in this model; its decoder layer {own[0]} is the "
+               f"leaf instead (ds_config.json names {leaf})")  # fmt: skip
     else:
         zero.pop("leaf_module", None)
         print0(f"warning: ZeRO-3: no {leaf} in this model: DeepSpeed's per-module "
