@@ -131,7 +131,8 @@ UNTRAINED_HINT = (
 
 
 def untrained_problem(spans: SpanReport, messages: list[dict[str, Any]], ref: str,
-                      conversation: str = "the conversation") -> tuple[str, str] | None:  # fmt: skip
+                      conversation: str = "the conversation",
+                      flag: str = "--template") -> tuple[str, str] | None:  # fmt: skip
     """(message, hint) when the rendering marks no assistant token for training: a run with
     this template would train on nothing. None when some reply is marked, or when ``messages``
     hold no assistant reply with text (the conversation, not the template, is then the cause)."""
@@ -140,22 +141,23 @@ def untrained_problem(spans: SpanReport, messages: list[dict[str, Any]], ref: st
     replies = [m for m in messages if m.get("role") == "assistant" and _text_of(m.get("content"))]
     if spans.spans or not replies:
         return None
-    return (f"--template {ref}: marks no assistant tokens for training (its rendering of "
+    what = f"--template {ref}:" if flag == "--template" else f"--model {ref}: its chat template"
+    return (f"{what} marks no assistant tokens for training (its rendering of "
             f"{conversation} holds none of the {len(replies)} assistant replies)", UNTRAINED_HINT)  # fmt: skip
 
 
-def check_trains(ref: str) -> None:
-    """TemplateError when --template ``ref`` marks none of SAMPLE's assistant replies for
-    training. A template that cannot render SAMPLE is left to the data check, which renders
-    the real rows."""
+def check_trains(ref: str, flag: str = "--template") -> None:
+    """TemplateError when --template ``ref`` (or --model ``ref``'s own template) marks none of
+    SAMPLE's assistant replies for training. A template that cannot render SAMPLE is left to
+    the data check, which renders the real rows."""
     from dojo.chat.template import load_template
 
-    tpl = load_template(ref, flag="--template")
+    tpl = load_template(ref, flag=flag)
     try:
         report = check(tpl)
     except TemplateError:
         return
-    problem = untrained_problem(report.spans, report.messages, ref, "a sample conversation")
+    problem = untrained_problem(report.spans, report.messages, ref, "a sample conversation", flag)
     if problem:
         raise TemplateError(*problem)
 

@@ -33,7 +33,7 @@ def render(command: str, doc: str | None, own: list[inspect.Parameter], names: l
         for flags, text in rows:
             out += _row(flags, text, left, width)
         out.append("")
-    if "model" in names:
+    if "model" in names and command != "train":  # train needs weights: no alias names them
         from dojo.architectures import alias_help
 
         out.append("Size aliases for --model:")

@@ -356,13 +356,17 @@ def check_template(template: str | None, model: str | None, model_kind: str) -> 
     if template is not None:
         load_template(template, flag="--template")
     elif model_kind == "local":
+        from dojo.chat.check import check_trains
+
+        folder = str(Path(str(model)).expanduser())
         try:
-            load_template(str(Path(str(model)).expanduser()), flag="--model")
+            load_template(folder, flag="--model")
         except TemplateError:
             raise TemplateError(
                 f"--model {model}: the model folder has no chat template",
                 hint="pass --template NAME, e.g. --template chatml (see 'dojo chat-template list')",
             ) from None
+        check_trains(folder, flag="--model")
 
 
 def default_data(objective: str = "sft") -> tuple[str, ...]:
@@ -389,7 +393,13 @@ def check_data(
     try:
         if flag == "--data":
             sources.parse_all(list(data), ratios)  # weights: all or none, one ratio per source
-        report = read_rows(list(data), columns=sources.parse_columns(columns), objective=objective)
+        report = read_rows(
+            list(data),
+            columns=sources.parse_columns(columns),
+            objective=objective,
+            # Every --data source is read here at once; --eval-data need not hold its columns.
+            require_columns=flag == "--data",
+        )
     except DataError as e:  # rows.py names --data; the same reader checks --eval-data
         if flag == "--data" or not e.message.startswith("--data"):
             raise

@@ -333,6 +333,33 @@ def test_template_that_trains_on_nothing(cli, model_dir: Path, tmp_path: Path, n
     assert not out.exists()
 
 
+def test_model_template_that_trains_on_nothing(cli, model_dir: Path, tmp_path: Path) -> None:
+    """The model folder's own template gets the same check as --template."""
+    (model_dir / "chat_template.jinja").write_text("")
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "--dry-run",
+                "-o", str(tmp_path / "out"))  # fmt: skip
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[0] == (
+        f"error: --model {model_dir}: its chat template marks no assistant tokens for training "
+        "(its rendering of a sample conversation holds none of the 2 assistant replies)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_data_columns_naming_no_column_of_the_data(cli, model_dir: Path, tmp_path: Path) -> None:
+    data = tmp_path / "chats.jsonl"
+    data.write_text('{"conversation": [{"role": "user", "content": "hi"}, '
+                    '{"role": "assistant", "content": "hello"}]}\n')  # fmt: skip
+    base = ["train", "--model", str(model_dir), "--data", str(data), "--dry-run"]
+    with _gpus(H200):
+        ok = cli(*base, "--data-columns", "messages=conversation", "-o", str(tmp_path / "a"))
+        bad = cli(*base, "--data-columns", "messages=nosuch", "-o", str(tmp_path / "b"))
+    assert ok.exit_code == 0, ok.stderr
+    assert bad.exit_code == 1 and "nosuch" in bad.stderr.splitlines()[0]
+    assert not (tmp_path / "b").exists()
+
+
 def test_usage_error_is_exit_2(cli) -> None:
     r = cli("train", "--no-such-flag")
     assert r.exit_code == 2

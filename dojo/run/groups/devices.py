@@ -14,7 +14,8 @@ runner and pdsh as an option."""
 @dataclass(frozen=True)
 class DeviceOptions:
     gpus: str | None = opt(
-        None, "GPU ids like 0,1 or 'all' [default: all GPUs here, else the CPU]",
+        None, "GPU ids like 0,1 (nvidia-smi's) or 'all' [default: those CUDA_VISIBLE_DEVICES shows "
+        "when set, else all GPUs here, else the CPU]",
         example="0,1", commands=PLAN,
     )  # fmt: skip
     num_gpus: int | None = opt(

@@ -140,7 +140,8 @@ def kernel_problems(
         ("--expandable-segments", k.expandable_segments, "a CUDA allocator setting"),
     ):
         if value in ("on", "loss") and not machine.cuda:
-            out.append((f"{flag} {value} needs CUDA GPUs ({why})", f"use {flag} auto or off here"))
+            fix = f"use {flag} off here" if flag == "--compile" else f"use {flag} auto or off here"
+            out.append((f"{flag} {value} needs CUDA GPUs ({why})", fix))
     if k.attn == "sdpa_varlen" and not packing and not preference:
         out.append(("--attn sdpa_varlen keeps samples apart by their offsets in a packed row; "
                     "without --packing rows are padded", "add --packing, or use --attn sdpa"))  # fmt: skip

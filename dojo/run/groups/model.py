@@ -12,9 +12,9 @@ Method = Literal["full", "lora", "qlora"]
 class ModelOptions:
     model: str | None = opt(
         None,
-        "Local model folder, config.json, Hub id (org/name), size alias (1b, 7b, 8b, 70b, ...: "
-        "listed below) or architecture name (llama-3.1-8b) [default for train: a "
-        "bundled tiny model]",
+        "Local model folder, config.json, Hub id (org/name); for estimate and config also a "
+        "size alias (1b, 7b, 8b, 70b, ...: dojo estimate --help lists them) or architecture "
+        "name (llama-3.1-8b), shapes without weights [default for train: a bundled tiny model]",
         example="./Llama-3.2-1B",
         commands=ALL,
     )

@@ -41,7 +41,8 @@ class ZeroOptions:
     stage: Stage = opt(
         2,
         "ZeRO stage 0-3, or none: the HF Trainer without DeepSpeed (DDP across GPUs; no fp32 "
-        "master copy, the optimizer steps the weights in their own dtype)",
+        "master copy, the optimizer steps the weights in their own dtype); dojo estimate also "
+        "takes all: every stage, bare and with CPU offload",
         "shards gradients and optimizer states at no extra communication",
         flags=("--zero", "--stage", "--zero-stage"),
         example="3",
