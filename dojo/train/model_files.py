@@ -1,14 +1,16 @@
-"""Damaged model files, found without loading them: safetensors headers and the JSON files that
-transformers, tokenizers and PEFT read.
+"""Damaged model files, found without loading them: the weight files from_pretrained would load
+(safetensors headers, a pytorch_model.bin's first bytes, the shards an index names) and the JSON
+files that transformers, tokenizers and PEFT read.
 
 A truncated copy, a garbage file or a hand-edited config.json otherwise surfaces deep inside a
-loader as ``SafetensorError: header too large`` or ``JSONDecodeError`` without naming the file.
-These checks read a few bytes of each weight file (never the tensors) and parse the small JSON
-files, so a caller can name the file and what is wrong before anything heavy is imported.
-Pure and torch-free: ``dojo chat``/``dojo export`` use it on a run folder, and it suits
-``dojo train``'s --model folder as well.
+loader (in every rank, for a training run) as ``SafetensorError: header too large`` or
+``JSONDecodeError`` without naming the file. These checks read a few bytes of each weight file
+(its header; never the tensors) and parse the small JSON files, so a caller can name the file
+and what is wrong before anything heavy is imported. Pure and torch-free: ``dojo train`` uses it
+on its --model folder (preflight), ``dojo chat``/``dojo export`` on a run folder (outputs).
 
     damaged(Path("runs/demo"))  # -> ("model.safetensors", "is cut short: ...") or None
+    damaged(Path("my-model"), weights=False)  # --init random: the JSON files only
 """
 
 import json
@@ -23,34 +25,73 @@ JSON_FILES = (
     "config.json",
     "generation_config.json",
     "adapter_config.json",
-    "model.safetensors.index.json",
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
     "added_tokens.json",
 )
-"""The JSON files of a model folder that loading the model or its tokenizer reads."""
-SHARD_INDEX = "model.safetensors.index.json"
+"""The JSON files of a model folder that loading the model or its tokenizer reads (weight
+indexes aside: they are weight files, below)."""
+LOAD_ORDER = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+"""The files transformers' from_pretrained looks for, in its order: the first present is loaded."""
+ADAPTER_ORDER = ("adapter_model.safetensors", "adapter_model.bin")
+"""PEFT's adapter weights, in its order: the first present is loaded."""
+FALLBACK_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+"""Without any of the names above, every weight file is checked (one of them is loaded)."""
+_ZIP, _PICKLE, _TAR = b"PK\x03\x04", b"\x80", b"ustar"  # torch.save: zip; before 1.6 pickle; tar
 
 
-def damaged(folder: str | Path) -> tuple[str, str] | None:
-    """The first damaged model file in ``folder`` as (file name, what is wrong), else None.
-    Only files that are there are checked: a missing file is the loader's (or caller's) call."""
-    p = Path(folder)
+def damaged(folder: str | Path, *, weights: bool = True) -> tuple[str, str] | None:
+    """The first damaged model file in ``folder`` as (its path relative to the folder, what is
+    wrong), else None. ``weights`` off (--init random) skips the weight files and their index.
+    Only files that are there are checked, but for a shard its index names: a missing file is
+    the loader's (or caller's) call."""
+    root = Path(folder)
     for name in JSON_FILES:
-        if (p / name).is_file():
-            why = json_problem(p / name)
+        if (root / name).is_file():
+            why = json_problem(root / name)
             if why:
                 return name, why
-    missing = missing_shard(p)
-    if missing:
-        return SHARD_INDEX, f"names {missing}, which is not in the folder"
-    for f in sorted(p.glob("*.safetensors")):
-        if f.is_file():  # a FIFO named *.safetensors would block the read
-            why = safetensors_problem(f)
-            if why:
-                return f.name, why
+    for name in weight_files(root) if weights else []:
+        why = weight_problem(root, name)
+        if why:
+            return name, why
     return None
+
+
+def weight_files(root: Path) -> list[str]:
+    """The weight files a load reads, by their path in ``root``: the adapter's (PEFT's order) and
+    the model's (from_pretrained's order: an index comes with the shards it names); without any
+    of those names, every weight file in the folder."""
+    names = [n for n in ADAPTER_ORDER if (root / n).is_file()][:1]
+    for name in LOAD_ORDER:
+        if (root / name).is_file():
+            names += [name] + (_shards(root / name) if name.endswith(".index.json") else [])
+            break
+    if names:
+        return names
+    # is_file: a FIFO named *.safetensors would block the read
+    return sorted({p.name for pat in FALLBACK_PATTERNS for p in root.glob(pat) if p.is_file()})
+
+
+def weight_problem(root: Path, name: str) -> str | None:
+    """What is wrong with one weight file (an index, a shard it names, a weights file), else None."""
+    path = root / name
+    if not path.is_file():
+        return f"is missing: {_index_of(name)} names it"
+    if name.endswith(".index.json"):
+        why = json_problem(path)
+        if why or isinstance(_weight_map(path), dict):
+            return why
+        return 'is not a weight index: it has no "weight_map" object'
+    if name.endswith(".safetensors"):
+        return safetensors_problem(path)
+    return bin_problem(path)
 
 
 def json_problem(path: Path) -> str | None:
@@ -74,20 +115,6 @@ def json_problem(path: Path) -> str | None:
     return None
 
 
-def missing_shard(folder: Path) -> str | None:
-    """The first weight file that model.safetensors.index.json maps to and the folder lacks."""
-    index = folder / SHARD_INDEX
-    if not index.is_file() or json_problem(index):
-        return None
-    weight_map = json.loads(index.read_bytes()).get("weight_map")
-    if not isinstance(weight_map, dict):
-        return None
-    for shard in sorted({v for v in weight_map.values() if isinstance(v, str)}):
-        if not (folder / shard).is_file():
-            return shard
-    return None
-
-
 def safetensors_problem(path: Path) -> str | None:
     """What is wrong with a .safetensors file's layout, else None. Reads the 8-byte header
     length (little-endian) and the JSON header, and checks that the tensors' byte ranges tile
@@ -101,10 +128,15 @@ def safetensors_problem(path: Path) -> str | None:
             if len(head) < 8:
                 return f"is too short to be a safetensors file ({size} bytes)"
             n = int.from_bytes(head, "little")
-            if n > min(MAX_HEADER_BYTES, size - 8):
+            if n > size - 8:
                 return (
                     f"is not a safetensors file, or is cut short: its first 8 bytes give a "
                     f"header of {n:,} bytes, the file has {size:,}"
+                )
+            if n > MAX_HEADER_BYTES:
+                return (
+                    f"is not a safetensors file: its first 8 bytes give a header of {n:,} "
+                    f"bytes, over the {MAX_HEADER_BYTES:,} safetensors reads"
                 )
             raw = f.read(n)
     except OSError as e:
@@ -137,6 +169,40 @@ def safetensors_problem(path: Path) -> str | None:
     if data > end:
         return f"is damaged: {data - end:,} bytes past the last tensor its header lists"
     return None
+
+
+def bin_problem(path: Path) -> str | None:
+    """What is wrong with a PyTorch weights file (torch.save's zip, an older pickle or tar),
+    judged by its first bytes only (nothing is unpickled), else None."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(262)
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if not head:
+        return "is empty (0 bytes)"
+    if head.startswith((_ZIP, _PICKLE)) or head[257:262] == _TAR:
+        return None
+    return "is not a PyTorch weights file (neither zip nor pickle)"
+
+
+def _shards(index: Path) -> list[str]:
+    """The files the index's weight_map names (none when the index is damaged: that is its own
+    problem, reported first)."""
+    weight_map = _weight_map(index)
+    if not isinstance(weight_map, dict):
+        return []
+    return sorted({v for v in weight_map.values() if isinstance(v, str)})
+
+
+def _weight_map(index: Path) -> Any:
+    if json_problem(index):
+        return None
+    return json.loads(index.read_bytes()).get("weight_map")
+
+
+def _index_of(shard: str) -> str:
+    return LOAD_ORDER[1] if shard.endswith(".safetensors") else LOAD_ORDER[3]
 
 
 def _is_range(value: Any) -> TypeGuard[list[int]]:

@@ -1,7 +1,7 @@
 """Everything ``dojo train`` checks before it launches, cheaply and without the training stack.
 
 GPUs, extras (``importlib.util.find_spec``, nothing imported), model config, weights (their
-headers: dojo.train.weights_check) and tokenizer files, chat template, data (>= 1 valid row),
+headers: dojo.train.model_files) and tokenizer files, chat template, data (>= 1 valid row),
 output folder (writable, free disk, no run clobbered), resume point. Each failure is one
 DojoError naming the flag and the fix.
 """
@@ -22,7 +22,7 @@ from dojo.run.groups.devices import DeviceOptions
 from dojo.run.machine import Machine, assumed_cuda, host_memory_gib, local
 from dojo.run.run import Run
 from dojo.safe_load import shorten
-from dojo.train import checkpoints
+from dojo.train import checkpoints, model_files
 from dojo.train.launch import Devices
 
 GIB = 1024**3
@@ -321,14 +321,19 @@ def check_init(run: Run, model_kind: str) -> None:
 
 
 def check_model_files(run: Run, model_kind: str) -> None:
-    """A local folder's weight headers (unless --init random) and tokenizer JSON read whole: a
-    damaged file is named here, not in every rank's traceback at load."""
+    """A local folder's weight headers (unless --init random) and JSON files (config, tokenizer)
+    read whole: a damaged file is named here, not in every rank's traceback at load."""
     if model_kind != "local":
         return
-    from dojo.train.weights_check import check_model_folder
-
     model = str(run.model.model)
-    check_model_folder(Path(model).expanduser(), model, weights=run.model.init == "pretrained")
+    bad = model_files.damaged(Path(model).expanduser(), weights=run.model.init == "pretrained")
+    if bad:
+        name, why = bad
+        raise LaunchError(
+            f"--model {model}: {name} {why}",
+            hint="the file is damaged: copy it again from where the model came from (the "
+            "download, or the run that saved it)",
+        )
 
 
 def check_quantized(run: Run, spec: Any) -> None:

@@ -26,4 +26,4 @@ def summary(out: Path) -> dict[str, Any]:
 
 NO_TENSORS = b"\x02\x00\x00\x00\x00\x00\x00\x00{}"
 """A whole safetensors file that holds no tensor: a dry run never loads the weights, and
-preflight reads only their header (dojo.train.weights_check)."""
+preflight reads only their header (dojo.train.model_files)."""

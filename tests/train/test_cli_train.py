@@ -223,13 +223,16 @@ def test_damaged_model_files_refused_before_launch(cli, model_dir: Path, tmp_pat
     with _gpus([]):
         r = cli(*base, "-o", str(tmp_path / "a"))
         assert r.exit_code == 1
-        assert r.stderr.startswith(f"error: --model {model_dir}: model.safetensors is damaged: ")
+        assert r.stderr.startswith(
+            f"error: --model {model_dir}: model.safetensors is not a safetensors file"
+        )
+        assert r.stderr.splitlines()[1].startswith("hint: the file is damaged: copy it again")
         assert len(r.stderr.splitlines()) == 2 and not (tmp_path / "a").exists()
         assert cli(*base, "-o", str(tmp_path / "b"), "--init", "random").exit_code == 0
         (model_dir / "tokenizer.json").write_text("{")
         r = cli(*base, "-o", str(tmp_path / "c"), "--init", "random")
     assert r.exit_code == 1
-    assert r.stderr.startswith(f"error: --model {model_dir}: tokenizer.json is damaged: not valid")
+    assert r.stderr.startswith(f"error: --model {model_dir}: tokenizer.json is not valid JSON")
 
 
 def test_folder_named_like_a_builtin_is_estimated_from_its_config(
