@@ -177,7 +177,11 @@ def test_export_bf16_full_and_push(
     import torch
     from transformers import AutoModelForCausalLM
 
+    from huggingface_hub import constants
+
     calls: list[dict[str, Any]] = []
+    # The train tests' HF_HUB_OFFLINE=1 is read once, when huggingface_hub is first imported.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_test")
     monkeypatch.setattr(huggingface_hub, "create_repo", lambda *a, **kw: "https://hf.co/me/tiny")
     monkeypatch.setattr(huggingface_hub, "upload_folder", lambda **kw: calls.append(kw))
