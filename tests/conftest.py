@@ -22,9 +22,11 @@ fuzz, sandbox limits, runs through the launcher) is marked ``slow`` and runs wit
 import contextlib
 import importlib.util
 import io
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -72,6 +74,18 @@ def _no_cuda_visible_devices(
     real GPUs keep it: there it picks the GPUs they run on."""
     if request.node.get_closest_marker("gpu") is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _environ_restored() -> Any:
+    """Each test leaves os.environ as it found it. Commands run in-process here, and some set a
+    variable for their own process (dojo chat and export: DS_ACCELERATOR=cpu), which a user's
+    next command, a new process, never sees; a later test would."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @dataclass
