@@ -77,7 +77,10 @@ def check_writable(path: str | Path, *, force: bool, flag: str = "-o") -> Path:
             hint=f"create it first: mkdir -p {parent}",
         )
     if not os.access(parent, os.W_OK):
-        raise DojoError(f"{shown}: folder {shorten(str(parent), 300)} is not writable")
+        raise DojoError(
+            f"{shown}: folder {shorten(str(parent), 300)} is not writable",
+            hint="write it into a folder you can write to, or fix that folder's permissions",
+        )
     return p
 
 

@@ -88,3 +88,15 @@ def test_socket_refused(tmp_path: Path) -> None:
         s.bind(str(path))
         with pytest.raises(DojoError, match="is a socket, not a regular file"):
             _io.check_writable(path, force=True)
+
+
+def test_unwritable_folder_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.access is faked: the tests may run as root, for whom every folder is writable."""
+    real = os.access
+    monkeypatch.setattr(_io.os, "access", lambda p, m: False if Path(p) == tmp_path else real(p, m))
+    with pytest.raises(DojoError) as e:
+        _io.check_writable(tmp_path / "ds.json", force=False, flag="--output")
+    assert e.value.message.endswith("is not writable")
+    assert e.value.hint == (
+        "write it into a folder you can write to, or fix that folder's permissions"
+    )

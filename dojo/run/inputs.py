@@ -25,6 +25,12 @@ def load_file(path: str | Path) -> dict[str, Any]:
             hint="write one 'option: value' per line, e.g. method: lora",
         )
     keys = by_key()
+    if not any(str(k).replace("-", "_") in keys for k in data) and _looks_like_data(data):
+        raise ConfigError(
+            f"{where}: holds a conversation or dataset row, not run options",
+            hint="give data with --data FILE; --config takes a YAML run file (dojo train "
+            "--print-config writes one) or a preset: full, lora, qlora",
+        )
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
@@ -40,6 +46,16 @@ def load_file(path: str | Path) -> dict[str, Any]:
         parsed = opt.parse(value, f"{where}: {key}")
         out[opt.name] = opt.default if parsed is None and not opt.optional else parsed
     return out
+
+
+DATA_KEYS = {"messages", "conversations", "conversation", "instruction", "prompt", "chosen",
+             "rejected", "completion", "text", "input", "output"}  # fmt: skip
+"""Keys of a chat or dataset row (OpenAI, ShareGPT, Alpaca, preference, text): a --config file
+holding only such keys is data given to the wrong flag."""
+
+
+def _looks_like_data(data: dict[Any, Any]) -> bool:
+    return bool(data) and all(str(k) in DATA_KEYS for k in data)
 
 
 def preset_path(ref: str) -> Path:

@@ -175,9 +175,8 @@ def test_export_bf16_full_and_push(
 ) -> None:
     import huggingface_hub
     import torch
-    from transformers import AutoModelForCausalLM
-
     from huggingface_hub import constants
+    from transformers import AutoModelForCausalLM
 
     calls: list[dict[str, Any]] = []
     # The train tests' HF_HUB_OFFLINE=1 is read once, when huggingface_hub is first imported.
