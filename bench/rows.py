@@ -820,7 +820,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
     ),
     "heldout-dora-modules": MemorySet(
         about="LoRA's --dora and --modules-to-save, counted from PEFT's source and measured on "
-        "the CPU only (bench/dora_saved_cpu.py): DoRA's saved base and branch outputs without "
+        "the CPU only (bench/adapter_extras_cpu.py): DoRA's saved base and branch outputs without "
         "and with checkpointing and its weight-norm transient (QLoRA: with the dequantized "
         "weight), and a trainable copy of the embedding and the head (tied on Llama-3.2-1B, "
         "untied on Llama-3.1-8B) with the head's gradient in Liger's fused loss and in HF's loss. "

@@ -21,11 +21,26 @@ def test_modules_to_save_trains_a_copy_of_each_matched_module() -> None:
     assert both.params - base.params == 2 * 2 * vh
     assert both.optimizer_states - base.optimizer_states == 12 * 2 * vh
     assert any(f"{2 * vh:,} params trained in full" in n for n in both.notes)
-    # A tied head still gets a copy of its own: PEFT deep-copies the module it wraps.
-    tied = Setup.of(**LORA, modules_to_save=("lm_head",))
-    assert estimate(L1, tied).trainable_params - estimate(
-        L1, Setup.of(**LORA)
-    ).trainable_params == (L1.vocab_size * L1.hidden_size)
+
+
+@pytest.mark.parametrize("names", [("lm_head",), ("embed_tokens",), ("embed_tokens,lm_head",)])
+def test_a_tied_head_and_embedding_train_one_copy(names: tuple[str, ...]) -> None:
+    """dojo keeps a tied pair tied (PEFT ensure_weight_tying): either name, or both, trains one
+    V x h copy, and the head's gradient comes through the loss either way."""
+    base = Setup.of(**LORA, liger="on")
+    both = Setup.of(**LORA, liger="on", modules_to_save=names)
+    gained = estimate(L1, both).trainable_params - estimate(L1, base).trainable_params
+    assert gained == L1.vocab_size * L1.hidden_size
+    head = activation_phases(L1, both)[3] - activation_phases(L1, base)[3]
+    assert head == 2 * L1.vocab_size * L1.hidden_size
+
+
+def test_names_matching_one_module_count_it_once() -> None:
+    one = estimate(L8, Setup.of(**LORA, modules_to_save=("input_layernorm",)))
+    twice = estimate(L8, Setup.of(**LORA, modules_to_save=("input_layernorm,layernorm",)))
+    both = estimate(L8, Setup.of(**LORA, modules_to_save=("layernorm",)))
+    assert twice.trainable_params == both.trainable_params
+    assert both.trainable_params - one.trainable_params == L8.num_layers * L8.hidden_size
 
 
 def test_modules_to_save_matches_by_suffix_as_peft_does() -> None:

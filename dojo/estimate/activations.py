@@ -222,7 +222,7 @@ def _fused_loss_bytes(spec: ModelSpec, setup: Setup) -> int:
     tokens = setup.batch_rows * setup.run.data.seq_len
     v, h = spec.vocab_size, spec.hidden_size
     chunk = 1 << max(0, math.ceil(tokens / math.ceil(v / h)) - 1).bit_length()
-    head_grad = BF16 * v * h if head_trains(setup) else 0
+    head_grad = BF16 * v * h if head_trains(spec, setup) else 0
     return 6 * chunk * v + BF16 * tokens * h + head_grad
 
 
@@ -239,7 +239,7 @@ def _trl_head_bytes(spec: ModelSpec, setup: Setup) -> int:
     tokens = setup.batch_rows * setup.run.data.seq_len
     v, h = spec.vocab_size, spec.hidden_size
     tile = BF16 * min(tokens, TRL_TOKEN_CHUNK) * min(v, TRL_VOCAB_CHUNK)
-    head_grad = (FP32 + BF16) * v * h if head_trains(setup) else 0
+    head_grad = (FP32 + BF16) * v * h if head_trains(spec, setup) else 0
     return tile + (BF16 + FP32 + BF16) * tokens * h + head_grad
 
 

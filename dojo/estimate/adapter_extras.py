@@ -4,10 +4,11 @@
 a deep copy of it, so each matched module adds its params as trainable params (gradients and
 optimizer states like the adapters') and stores a second copy. A module matches when its dotted
 name ends with NAME (peft/utils/other.py ``_set_trainable``: ``key.endswith(target_key)``), so
-``norm`` matches every norm and ``proj`` every projection.
+``norm`` matches every norm and ``proj`` every projection. dojo's worker keeps a tied head tied
+(``ensure_weight_tying``): the embedding and the head then train one shared copy.
 
 --dora: PEFT's DoraLinearLayer (peft/tuners/lora/dora.py) on every adapted nn.Linear, measured on
-the CPU (bench/dora_saved_cpu.py: tiny Llama, saved-tensor hooks and the process's peak RSS;
+the CPU (bench/adapter_extras_cpu.py: tiny Llama, saved-tensor hooks and the process's peak RSS;
 PEFT 0.21, torch 2.13):
 - a trainable magnitude vector, one value per output feature;
 - saved for backward per token, beside LoRA's: the base layer's output (bf16) and the LoRA
@@ -30,36 +31,45 @@ _NORM_BLOCKS_BF16 = 6
 _NORM_BLOCKS_FP32 = 16
 
 
-def _modules(spec: ModelSpec) -> list[tuple[str, int, int]]:
-    """(dotted name, params, copies) of the modules --modules-to-save can match, one row per
+def _modules(spec: ModelSpec) -> list[tuple[tuple[str, ...], int, int]]:
+    """(dotted names, params, copies) of the modules --modules-to-save can match, one row per
     module kind: the embedding, the head, the final norm and each decoder layer's linears and
-    norms (transformers' Llama names, which Qwen, Mistral, Gemma and most decoders share)."""
-    h, layers = spec.hidden_size, spec.num_layers
-    rows = [
-        ("model.embed_tokens", spec.embedding_params, 1),
-        ("lm_head", spec.vocab_size * h, 1),  # the trainable copy is untied from the embedding
-        ("model.norm", h, 1),
-        ("model.layers.0.input_layernorm", h, layers),
-        ("model.layers.0.post_attention_layernorm", h, layers),
+    norms (transformers' Llama names, which Qwen, Mistral, Gemma and most decoders share). A
+    tied head is one row with the embedding: dojo keeps the pair tied (PEFT's
+    ensure_weight_tying), so either name, or both, trains one copy (measured on the CPU)."""
+    h, layers, vh = spec.hidden_size, spec.num_layers, spec.vocab_size * spec.hidden_size
+    rows: list[tuple[tuple[str, ...], int, int]] = (
+        [(("model.embed_tokens", "lm_head"), vh, 1)]
+        if spec.tied_embeddings
+        else [(("model.embed_tokens",), vh, 1), (("lm_head",), vh, 1)]
+    )
+    rows += [
+        (("model.norm",), h, 1),
+        (("model.layers.0.input_layernorm",), h, layers),
+        (("model.layers.0.post_attention_layernorm",), h, layers),
     ]
     for count, _, linears in spec.layer_kinds():
         for name, a, b, bias in linears:
-            rows.append((f"model.layers.0.{name}", a * b + (b if bias else 0), count))
+            rows.append(((f"model.layers.0.{name}",), a * b + (b if bias else 0), count))
     return rows
+
+
+def _matched(
+    spec: ModelSpec, names: tuple[str, ...]
+) -> tuple[list[tuple[tuple[str, ...], int, int]], tuple[str, ...]]:
+    """The module rows ``names`` match (each once), and the names that match none."""
+    given = module_names(names)
+    rows = _modules(spec)
+    hit = [r for r in rows if any(m.endswith(n) for n in given for m in r[0])]
+    unmatched = tuple(n for n in given if not any(m.endswith(n) for r in rows for m in r[0]))
+    return hit, unmatched
 
 
 def saved_modules(spec: ModelSpec, names: tuple[str, ...]) -> tuple[int, int, tuple[str, ...]]:
     """(trainable params, largest trainable tensor, names matching no module dojo counts) of
     --modules-to-save ``names``."""
-    total = largest = 0
-    unmatched = []
-    for name in module_names(names):
-        hits = [(p, c) for module, p, c in _modules(spec) if module.endswith(name)]
-        if not hits:
-            unmatched.append(name)
-        total += sum(p * c for p, c in hits)
-        largest = max([largest, *(p for p, _ in hits)])
-    return total, largest, tuple(unmatched)
+    hit, unmatched = _matched(spec, names)
+    return sum(p * c for _, p, c in hit), max((p for _, p, _ in hit), default=0), unmatched
 
 
 def modules_to_save_notes(spec: ModelSpec, s: Setup) -> list[str]:
@@ -79,11 +89,13 @@ def modules_to_save_notes(spec: ModelSpec, s: Setup) -> list[str]:
     return out
 
 
-def head_trains(s: Setup) -> bool:
-    """The LM head gets a weight gradient: full fine-tuning, or --modules-to-save lm_head."""
-    return s.run.model.method == "full" or any(
-        "lm_head".endswith(n) for n in module_names(s.lora.modules_to_save)
-    )
+def head_trains(spec: ModelSpec, s: Setup) -> bool:
+    """The LM head gets a weight gradient: full fine-tuning, or --modules-to-save naming the
+    head (or, tied, the embedding)."""
+    if s.run.model.method == "full":
+        return True
+    hit, _ = _matched(spec, s.lora.modules_to_save)
+    return any("lm_head" in names for names, _, _ in hit)
 
 
 def _dora_targets(spec: ModelSpec, s: Setup) -> list[tuple[int, int, int]]:

@@ -1,13 +1,15 @@
-"""What PEFT's DoRA adds to LoRA, on the CPU (dojo/estimate/adapter_extras.py):
+"""What PEFT's DoRA and modules_to_save add to LoRA, on the CPU (dojo/estimate/adapter_extras.py):
 
 1. saved for backward: the token-sized tensors one forward of a tiny Llama keeps with DoRA and
    not with LoRA (saved-tensor hooks holding every saved tensor, so none is freed and its
    address reused), per output feature of the adapted projections;
 2. the weight-norm transient: the process's peak RSS above its start during one DoRA layer's
    forward (glibc serves these blocks by mmap and returns them on free, so RSS follows them),
-   in bytes per in x in (x_eye) and per weight value.
+   in bytes per in x in (x_eye) and per weight value;
+3. modules_to_save: the trainable parameters embed_tokens and lm_head add, tied and untied, with
+   the LoraConfig dojo's worker writes (ensure_weight_tying where the model ties them), in V x h.
 
-    python bench/dora_saved_cpu.py
+    python bench/adapter_extras_cpu.py
 """
 
 import os
@@ -91,6 +93,29 @@ def transient(fan_in: int, fan_out: int, fp32: bool) -> int:
     return _rss("VmHWM") - start
 
 
+def saved_copies(tied: bool, names: list[str]) -> float:
+    """Trainable parameters ``names`` add to LoRA's, in V x h, as dojo's worker configures PEFT."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    vocab = 1000
+
+    def trainable(extra: dict[str, object]) -> int:
+        torch.manual_seed(0)
+        cfg = LlamaConfig(hidden_size=H, intermediate_size=INTER, num_hidden_layers=1,
+                          num_attention_heads=HEADS, num_key_value_heads=KV, head_dim=HEAD_DIM,
+                          vocab_size=vocab, tie_word_embeddings=tied)  # fmt: skip
+        model = get_peft_model(
+            LlamaForCausalLM(cfg), LoraConfig(r=8, target_modules="all-linear", **extra)
+        )
+        return sum(
+            {p.data_ptr(): p.numel() for p in model.parameters() if p.requires_grad}.values()
+        )
+
+    extra = {"modules_to_save": list(names), "ensure_weight_tying": tied}
+    return (trainable(extra) - trainable({})) / (vocab * H)
+
+
 def main() -> None:
     if len(sys.argv) == 4:  # the child: one transient
         print(transient(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "fp32"))
@@ -114,6 +139,13 @@ def main() -> None:
             per = (peak - eye) / (fan_in * fan_out)
             kind = "fp32" if fp32 else "bf16"
             print(f"| {kind} | {fan_in} x {fan_out} | {peak / 1e6:,.1f} | {per:.1f} |")
+    print()
+    print("| head | --modules-to-save | trainable added, V x h |")
+    print("|---|---|---|")
+    for tied in (True, False):
+        for names in (["embed_tokens"], ["lm_head"], ["embed_tokens", "lm_head"]):
+            added = saved_copies(tied, names)
+            print(f"| {'tied' if tied else 'untied'} | {','.join(names)} | {added:.2f} |")
 
 
 if __name__ == "__main__":
