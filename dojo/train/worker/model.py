@@ -99,9 +99,30 @@ def apply_lora(model: Any, run: Run) -> Any:
         return model
     from peft import get_peft_model
 
+    check_modules_to_save(model, run.lora.modules_to_save)
     model = get_peft_model(model, lora_config(model, run))
     prepare_adapters(model, run)
     return model
+
+
+def check_modules_to_save(model: Any, names: tuple[str, ...]) -> None:
+    """Every --modules-to-save name matches a module: PEFT matches the ends of dotted names and
+    passes over a name that matches none, so a typo would train nothing beside the adapters."""
+    from dojo.errors import DojoError
+
+    modules = list(model.named_modules())
+    unmatched = [n for n in names if not any(k.endswith(n) for k, _ in modules)]
+    if unmatched:
+        # The names of modules that hold weights, once each: embed_tokens, q_proj, ..., lm_head.
+        leaves = dict.fromkeys(
+            k.rsplit(".", 1)[-1]
+            for k, m in modules
+            if k and next(m.parameters(False), None) is not None
+        )
+        raise DojoError(
+            f"--modules-to-save {','.join(unmatched)}: matches no module of this model",
+            hint=f"name modules by the end of their names: {', '.join(leaves)}",
+        )
 
 
 def lora_config(model: Any, run: Run) -> Any:
