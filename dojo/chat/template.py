@@ -119,7 +119,11 @@ def load_template(ref: "str | Path | ChatTemplate", *, flag: str = "--template")
             return _load_model_dir(path, flag)
         if path.name.endswith(".json"):
             return _load_tokenizer_config(path, flag)
-        return ChatTemplate.from_source(_read(path, flag), name=str(path))
+        try:
+            return ChatTemplate.from_source(_read(path, flag), name=str(path))
+        except TemplateError as e:  # "template 'x.jinja' does not parse": name the flag too
+            said = e.message.removeprefix(f"template {str(path)!r} ")
+            raise TemplateError(f"{flag} {text!r}: {said}", hint=e.hint) from None
     names = bundled_names()
     close = close_names(text, names)
     hint = f"did you mean {', '.join(close)}?" if close else f"available: {', '.join(names)}"
