@@ -256,11 +256,16 @@ class ModelSpec:
         match nn.Linear only, so fused experts get none."""
         total = 0
         for count, _, lin in self.layer_kinds():
-            names = self.all_linear_names() if targets is None else set(targets)
+            names = self.adapted_names(targets)
             total += count * sum(rank * (a + b) for n, a, b, _ in lin if n in names)
         if targets is None and self.lora_adapts_experts:
             total += self.moe_layers * self.expert_lora_params(rank)
         return total
+
+    def adapted_names(self, targets: tuple[str, ...] | None) -> set[str]:
+        """The nn.Linear names LoRA adapts: ``targets`` (--lora-targets), or for None
+        ("all-linear") ``all_linear_names``."""
+        return self.all_linear_names() if targets is None else set(targets)
 
     def all_linear_names(self) -> set[str]:
         """The nn.Linear names PEFT's "all-linear" adapts: every one of the decoder layers, less

@@ -259,9 +259,7 @@ def _zero3_frozen_inputs(spec: ModelSpec, setup: Setup, i: int) -> int:
     QLoRA's 4-bit linears multiply through bitsandbytes' ``MatMul4Bit``, not ``F.linear``, and
     it keeps no input of a frozen weight (``ctx.tensors = (None, B)``, bitsandbytes 0.50);
     transformers also skips zero.Init for quantized models, so ``F.linear`` stays torch's."""
-    names = {n for n, *_ in spec.linears()}
-    every = spec.all_linear_names() & names
-    targets = every if setup.lora.target_names is None else set(setup.lora.target_names) & names
+    targets = spec.adapted_names(setup.lora.target_names) & {n for n, *_ in spec.linears()}
     shared = not setup.fp32_adapters and setup.lora_dropout == 0
     h = spec.hidden_size
     extra = 0
@@ -291,9 +289,7 @@ def _lora_saved_per_token(spec: ModelSpec, setup: Setup) -> int:
       (51.0 T*h under autocast, 67.4 without, measured).
     Plus lora_A's output (r values, a B) per module, lora_B's input.
     """
-    names = {n for n, *_ in spec.linears()}
-    every = spec.all_linear_names() & names
-    targets = every if setup.lora.target_names is None else set(setup.lora.target_names) & names
+    targets = spec.adapted_names(setup.lora.target_names) & {n for n, *_ in spec.linears()}
     ins = sum(a for n, a, _, _ in spec.linears() if n in targets)
     a = FP32 if setup.fp32_adapters and not setup.autocast else BF16
     extra = a * setup.lora.lora_r * len(targets)

@@ -99,32 +99,30 @@ def head_trains(spec: ModelSpec, s: Setup) -> bool:
 
 
 def _dora_targets(spec: ModelSpec, s: Setup) -> list[tuple[int, int, int]]:
-    """(layers, in, out) of each nn.Linear DoRA decomposes (fused experts get plain LoRA)."""
-    names = spec.all_linear_names() if s.lora.target_names is None else set(s.lora.target_names)
+    """(layers, in, out) of each nn.Linear DoRA decomposes (fused experts get plain LoRA); none
+    without --dora or with full fine-tuning."""
+    if not s.lora.dora or s.run.model.method == "full":
+        return []
+    names = spec.adapted_names(s.lora.target_names)
     return [(c, a, b) for c, _, lin in spec.layer_kinds() for n, a, b, _ in lin if n in names]
 
 
 def dora_params(spec: ModelSpec, s: Setup) -> int:
     """DoRA's magnitude vectors: one trainable value per output feature of each target."""
-    if not s.lora.dora or s.run.model.method == "full":
-        return 0
     return sum(c * b for c, _, b in _dora_targets(spec, s))
 
 
 def dora_saved_per_token(spec: ModelSpec, s: Setup, a: int) -> int:
     """Bytes per token per layer DoRA saves beside LoRA: the base output (bf16) and the LoRA
     branch's output (``a`` B, its dtype) per output feature of every target in the layer."""
-    if not s.lora.dora or s.run.model.method == "full":
+    if not _dora_targets(spec, s):
         return 0
-    names = spec.all_linear_names() if s.lora.target_names is None else set(s.lora.target_names)
-    outs = sum(b for n, _, b, _ in spec.linears() if n in names)
-    return (BF16 + a) * outs
+    names = spec.adapted_names(s.lora.target_names)
+    return (BF16 + a) * sum(b for n, _, b, _ in spec.linears() if n in names)
 
 
 def dora_norm_transient(spec: ModelSpec, s: Setup) -> int:
     """The largest target's weight-norm transient (see the module docstring)."""
-    if not s.lora.dora or s.run.model.method == "full":
-        return 0
     eye = FP32 if s.fp32_adapters else BF16
     per_weight = _NORM_BLOCKS_FP32 if s.fp32_adapters and not s.autocast else _NORM_BLOCKS_BF16
     if s.run.model.method == "qlora":

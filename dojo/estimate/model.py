@@ -112,7 +112,7 @@ def _paged_share(spec: ModelSpec, s: Setup) -> float:
         s.run.model.method == "full" or s.deepspeed
     ):  # ZeRO steps one flat fp32 partition: one big tensor
         return 1.0
-    names = spec.all_linear_names() if s.lora.target_names is None else set(s.lora.target_names)
+    names = spec.adapted_names(s.lora.target_names)
     sizes = [s.lora.lora_r * d for n, a, b, _ in spec.linears() if n in names for d in (a, b)]
     return sum(x for x in sizes if x >= BNB_PAGED_MIN_NUMEL) / max(1, sum(sizes))
 
