@@ -302,6 +302,14 @@ def from_hf_config(
     return ModelSpec(name=name, **spec_fields(config, ref or name, source))
 
 
+def builtin_name(ref: str) -> str | None:
+    """The built-in architecture a size alias (7b) or an architecture name (llama-3.1-8b) names,
+    else None."""
+    key = ref.strip().lower()
+    arch = SIZE_ALIASES.get(key, key)
+    return arch if arch in ARCHITECTURES else None
+
+
 def known_names() -> list[str]:
     """Every name --model accepts without a file: size aliases, then architectures."""
     return list(SIZE_ALIASES) + list(ARCHITECTURES)
@@ -324,9 +332,8 @@ def resolve_model(
     path = Path(ref).expanduser()
     # A model folder (or config.json) on disk wins over a built-in name it shares, as it does in
     # from_pretrained, which is what dojo train loads: ./Llama-3.2-1B is that folder.
-    named = key in SIZE_ALIASES or key in ARCHITECTURES
-    if named and not _is_model_on_disk(path):
-        arch = SIZE_ALIASES.get(key, key)
+    arch = builtin_name(ref)
+    if arch and not _is_model_on_disk(path):
         return from_hf_config(ARCHITECTURES[arch], arch)
     if _present(path, ref):
         return _from_path(path, ref)

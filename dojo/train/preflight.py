@@ -273,12 +273,12 @@ def resolve_model(
 def _refuse_builtin_name(model: str) -> None:
     """Size aliases (7b) and architecture names (llama-3.1-8b) are shapes dojo knows, for
     estimate and config: nothing to load weights or a tokenizer from."""
-    from dojo.architectures import ARCHITECTURES, SIZE_ALIASES
+    from dojo.modelspec import builtin_name
 
-    key = model.strip().lower()
-    if key not in SIZE_ALIASES and key not in ARCHITECTURES:
+    arch = builtin_name(model)
+    if arch is None:
         return
-    shape = f" ({SIZE_ALIASES[key]})" if key in SIZE_ALIASES else ""
+    shape = f" ({arch})" if arch != model.strip().lower() else ""
     raise LaunchError(
         f"--model {model}{shape}: a built-in model shape without weights, for dojo estimate and "
         "dojo config; dojo train needs a model folder or a Hub id",
