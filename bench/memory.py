@@ -48,6 +48,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
+from provenance import git_commit, gpu_name  # noqa: E402
 from rows import MEMORY_SETS, Row, objective_of  # noqa: E402
 from workload import (  # noqa: E402
     fixed_data,
@@ -446,12 +447,6 @@ def finish(r: Running, log: str, work: Path, gpu_gib: float, host_gib: float) ->
     }
 
 
-def git_commit() -> str | None:
-    p = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                       capture_output=True, text=True)  # fmt: skip
-    return (p.stdout.strip() or None) if p.returncode == 0 else None
-
-
 def run_gpu(a: argparse.Namespace) -> None:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -468,6 +463,7 @@ def run_gpu(a: argparse.Namespace) -> None:
     call = {
         "command": invocation,
         "commit": git_commit(),
+        "device": gpu_name(),
         "gpu_gib": gpu_gib,
         "host_gib": a.host_gib,
     }

@@ -30,8 +30,9 @@ HEAD = """# Benchmarks
 
 The current tables of every benchmark in `bench/` (bench/README.md says how each is measured),
 made by `python bench/report.py > docs/benchmarks.md` from the latest result file of each
-(`bench/results/`); no number here is typed by hand. GPU numbers come from one lent NVIDIA H200
-(the software: `bench/gpu-wheels.sh`, installed by `bench/gpu_setup.sh`). Results measured with
+(`bench/results/`); no number here is typed by hand. GPU numbers come from a lent NVIDIA H200, or an
+H100 where a call names it (the software: `bench/gpu-wheels.sh`, installed by
+`bench/gpu_setup.sh`); a speed ratio divides two systems of one call, so of one card. Results measured with
 scripts that `bench/` no longer has name them and their commit; git history keeps them, and the
 command to measure the same rows today is given beside.
 """
@@ -109,7 +110,8 @@ def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
         elif per_sample_attention_run(row, m, doc["calls"][m.get("call", 0)].get("commit")):
             now = {"error": PER_SAMPLE, "superseded": "per-sample attention"}
         else:
-            now = estimate_row(row, work, H200_GIB, HOST_GIB, m.get("ran") or {})
+            gpu_gib = doc["calls"][m.get("call", 0)].get("gpu_gib", H200_GIB)  # the verdict's card
+            now = estimate_row(row, work, gpu_gib, HOST_GIB, m.get("ran") or {})
         # a row that failed (OOM, host RAM, refused, a crash) has no peak to judge an estimate by
         ran = not (m.get("oom") or m.get("host_killed") or m.get("host_oom") or "refused" in m
                    or m.get("rc"))  # fmt: skip
@@ -216,6 +218,8 @@ def memory_set_table(
             what += f" (as `{c['file']}`, added in {c['added_in']})"
         elif c.get("commit"):
             what += f" at {c['commit']}"
+        if c.get("device"):
+            what += f", on {c['device']}"
         out.append(f"- call {i}: {what}")
     out += [
         f"- today: `{doc['command']}`; `python bench/memory.py --set {name} --dry-run` (CPU)",
@@ -336,6 +340,8 @@ def speed_section(name: str, title: str, about: str) -> list[str]:
                      f"{call['commit']}, added in {call['added_in']}")  # fmt: skip
         elif call.get("commit"):
             what += f" at {call['commit']}"
+        if call.get("device"):
+            what += f", on {call['device']}"
         out += [f"Call {i}: {what}.", ""]
         if call.get("dropped"):
             out += [f"Dropped for time: {', '.join(call['dropped'])}.", ""]
@@ -352,7 +358,16 @@ def speed() -> list[str]:
         "TRL runs without DeepSpeed on one GPU, as its users do: its full fine-tuning keeps bf16 "
         "weights and bf16 Adam states (no fp32 master copy), which is why its peak is below "
         "dojo's ZeRO-2 run there (fp32 master weights and states, 16 B per parameter) and its "
-        "loss follows another path. Rows not listed under a call were not run yet.",
+        "loss follows another path. On 8b-qlora-ckpt dojo's nvidia-smi peak is 0.6 GiB above "
+        "TRL's while its allocator holds less (reserved 10.26 against 10.53 GiB): the process's "
+        "memory outside torch's allocator is 1.66 GiB against TRL's 0.75, the part a DeepSpeed "
+        "run adds to the CUDA context (NCCL's communicator and DeepSpeed's kernels; TRL runs "
+        "without DeepSpeed). 1b-lora-longtail trains one sample of up to 16,384 tokens a "
+        "micro-batch: the packers fill it, while the plain script, which does not pack, takes one "
+        "chat of the mix a step (about 300 tokens at 0.55 s a step), so its ratio measures "
+        "packing more than anything else. A call with "
+        "fewer steps shows only the windows it reached; one with one run a system (repeats 1) "
+        "has no min-max. Rows not listed under a call were not run yet.",
     )  # fmt: skip
     out += speed_section(
         "peer-variants", "dojo's variants on the realistic mix",

@@ -48,6 +48,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
+from provenance import git_commit, gpu_name  # noqa: E402
 from rows import SPEED_SETS, Case  # noqa: E402
 from steps import rates  # noqa: E402
 from workload import speed_data, write_config  # noqa: E402
@@ -601,12 +602,6 @@ def measure(run: Run, case: Case, model: Path, data: Path, gpu: int, work: Path,
     }
 
 
-def git_commit() -> str | None:
-    p = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                       capture_output=True, text=True)  # fmt: skip
-    return (p.stdout.strip() or None) if p.returncode == 0 else None
-
-
 def run_gpu(a: argparse.Namespace, plans: list[RowPlan], gpus: list[int], work: Path) -> None:
     data = speed_data(work)
     write_ds_configs(work)
@@ -624,8 +619,8 @@ def run_gpu(a: argparse.Namespace, plans: list[RowPlan], gpus: list[int], work: 
     smi = GpuPeak()
     smi.start()
     done: queue.Queue[RowPlan] = queue.Queue()
-    call = {"commit": git_commit(), "command": a.command, "gpus": gpus, "spread": a.spread,
-            "steps": a.steps, "repeats": a.repeats, "warmup_steps": a.warmup_steps if a.warmup else 0,
+    call = {"commit": git_commit(), "device": gpu_name(), "command": a.command, "gpus": gpus,
+            "spread": a.spread, "steps": a.steps, "repeats": a.repeats, "warmup_steps": a.warmup_steps if a.warmup else 0,
             "skipped": {}, "dropped": {}, "warmups": [], "runs": []}  # fmt: skip
     doc = {"benchmark": "speed", "set": a.set, "calls": [call]}
     lock = threading.Lock()

@@ -28,6 +28,7 @@ lengths with it).
 
 import json
 import math
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -99,8 +100,15 @@ def synthetic_chat(rng: random.Random, n_words: int, q: int | None = None) -> di
 
 
 def _write(path: Path, chats: list[dict[str, Any]]) -> Path:
+    """Write atomically: memory rows run side by side and each writes the same data file, so a
+    row starting while another rewrites it must never read a truncated file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(c) + "\n" for c in chats))
+    text = "".join(json.dumps(c) + "\n" for c in chats)
+    if path.is_file() and path.read_text() == text:
+        return path
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
     return path
 
 

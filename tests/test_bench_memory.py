@@ -41,6 +41,9 @@ FROZEN = {
     "heldout-kbit-load": "e6b963e422574d44",
     "heldout-nods-backward-peak": "8d5e5758061ea59f",
     "heldout-ds-backward-peak": "59c72ec6c5789f9f",
+    "heldout-second-upcast": "347384dbcbdcdd25",
+    "heldout-logits-reserve": "5333d2ff9bde34d9",
+    "heldout-dora-modules": "fd18deaf3986defe",
 }
 """Each set that has run: a fingerprint of its rows and their fit/held split. A held-out claim
 rests on the rows committed before they ran, so these never change; a new set gets its line
