@@ -836,6 +836,27 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "q3", 2, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True, liger=False, extra=("--modules-to-save", "embed_tokens", "--modules-to-save", "lm_head"), alloc=EXP),
         ),
     ),
+    "heldout-norm-copy": MemorySet(
+        about="ZeRO-1/2's gradient norm on fp64 copies: get_grad_norm_direct copies each gradient "
+        "piece of the partition to fp64, one at a time, before the step's flat bf16 gradient and "
+        "fp32 upcast (6 B x partition); where one piece is over 3/4 of the partition (a trained "
+        "head or embedding copy beside LoRA adapters) its 8 B copy is the step's peak. Read from "
+        "DeepSpeed's source after heldout-dora-modules' Llama-3.1-8B lm_head row ran (allocated "
+        "-3.2%, -0.5% with the rule; that row's device total stays 2.3 GiB under, in the "
+        "allocator's reserve). Fit row, to be run with DOJO_BENCH_MEMSNAP for the allocator's "
+        "history: that 8B row again. Held: a tied embedding copy (Llama-3.2-3B, 4k, "
+        "checkpointing), an untied head at the rule's edge (Mistral-7B, 32k vocabulary: the "
+        "head is 0.76 of the partition), and Qwen2.5-1.5B's tied head at ZeRO-1 without "
+        "checkpointing. Committed before the set runs.",
+        committed="see git log -S heldout-norm-copy, before the set ran",
+        was="bench/rows.py",
+        rows=(
+            Row(F, D, "l8b", 2, "lora", micro_batch=2, grad_ckpt=True, extra=("--modules-to-save", "lm_head"), alloc=EXP),
+            Row(H, D, "l3b", 2, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True, extra=("--modules-to-save", "embed_tokens"), alloc=EXP),
+            Row(H, D, "m7b", 2, "lora", micro_batch=2, grad_ckpt=True, extra=("--modules-to-save", "lm_head"), alloc=EXP),
+            Row(H, D, "q15", 1, "lora", micro_batch=4, extra=("--modules-to-save", "lm_head"), alloc=EXP),
+        ),
+    ),
 }
 # fmt: on
 

@@ -85,3 +85,16 @@ def test_dora_saves_two_outputs_per_target_and_trains_magnitudes() -> None:
     kept_qv = (activation_phases(L8, Setup.of(**LORA, **qv, dora=True))[0]
                - activation_phases(L8, Setup.of(**LORA, **qv))[0])  # fmt: skip
     assert kept_qv == L8.num_layers * tokens * 4 * (L8.q_dim + L8.kv_dim)
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_a_trained_head_makes_the_gradient_norm_the_step_peak(stage: int) -> None:
+    """ZeRO-1/2 take the gradient norm on an fp64 copy of each piece of the partition: a head
+    copy beside small adapters is most of the partition, so its 8 B copy outgrows the flat bf16
+    gradient and fp32 upcast (6 B x partition) that follow it."""
+    setup = {**LORA, "stage": stage}
+    adapters = estimate(L8, Setup.of(**setup))
+    head = estimate(L8, Setup.of(**setup, modules_to_save=("lm_head",)))
+    assert adapters.step == 6 * adapters.trainable_params  # no piece near the partition's size
+    assert head.step == 8 * L8.vocab_size * L8.hidden_size
+    assert head.step > 6 * head.trainable_params

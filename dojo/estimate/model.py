@@ -34,6 +34,7 @@ from dojo.modelspec import ModelSpec
 
 BF16 = 2  # bytes; params, grads, activations and comm buffers are bf16 (DeepSpeed bf16 mode)
 FP32 = 4
+FP64 = 8  # ZeRO-1/2 take the gradient norm on fp64 copies
 # bitsandbytes 0.50 optim/optimizer.py Optimizer2State.init_state: 8-bit m and v are uint8 with
 # one fp32 absmax per 256 values each; tensors under min_8bit_size (4096) keep fp32 states.
 BNB_8BIT_BYTES = 2 + 2 * FP32 / 256
@@ -176,7 +177,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     elif s.zero.stage == 0:
         step = FP32 * p_t  # FP16_UnfusedOptimizer: an fp32 copy of every param's grad
     elif s.zero.stage in (1, 2):
-        step = 6 * p_t / n  # bf16 flatten + fp32 upcast of the partition (stage_1_and_2 step)
+        step = _zero12_step(p_t, largest_t, n)
     else:
         step = 6 * _z3_largest_sub_group(spec, s, p_t)  # stage3 _prepare_fp32_grad_for_sub_group
     # --- backward working set ---
@@ -294,6 +295,18 @@ def _state_bytes(s: Setup, t_bytes: int) -> float:
     if not s.deepspeed and optim in TORCH_ADAMW:
         return 2.0 * t_bytes
     return OPTIM_STATE_BYTES[optim]
+
+
+def _zero12_step(p_t: int, largest_t: int, n: int) -> float:
+    """ZeRO-1/2's optimizer-step transient beside the static terms (stage_1_and_2.py step). First
+    the gradient norm: get_grad_norm_direct copies each gradient piece of the rank's partition to
+    fp64 (zero/utils.py get_norm_dtype), one at a time, 8 B x the largest piece; then the flat
+    bf16 gradient and its fp32 upcast, 6 B x the partition. The norm's copy is the larger where
+    one piece is over 3/4 of the partition: a trained head or embedding copy beside LoRA
+    adapters (--modules-to-save), or an embedding on many GPUs. A piece never crosses the
+    partition's edge, so it is at most the partition."""
+    partition = p_t / n
+    return max(6 * partition, FP64 * min(largest_t, partition))
 
 
 def _plain_step(s: Setup, t_bytes: int, p_t: int) -> float:
