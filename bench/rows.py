@@ -848,7 +848,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "checkpointing), an untied head at the rule's edge (Mistral-7B, 32k vocabulary: the "
         "head is 0.76 of the partition), and Qwen2.5-1.5B's tied head at ZeRO-1 without "
         "checkpointing. Committed before the set runs.",
-        committed="see git log -S heldout-norm-copy, before the set ran",
+        committed="9d7e4ef, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(F, D, "l8b", 2, "lora", micro_batch=2, grad_ckpt=True, extra=("--modules-to-save", "lm_head"), alloc=EXP),
