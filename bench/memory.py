@@ -60,6 +60,9 @@ from workload import (  # noqa: E402
 
 H200_GIB = 143771 / 1024
 """nvidia-smi memory.total on the lent H200 (GiB): the GPU size dry runs and reports use."""
+CARD_SPARE_GIB = 7.5
+"""GPU memory the scheduler leaves free beside the rows' summed needs: margin for what a row's
+estimate misses, so that one row's miss does not put its neighbours out of memory."""
 HOST_GIB = 131961788 / 2**20
 """MemTotal on the lent machine (GiB)."""
 STEPS = 3
@@ -454,6 +457,7 @@ def run_gpu(a: argparse.Namespace) -> None:
 
     gpus = list_gpus()
     gpu_gib = gpus[0].memory_gib
+    budget_gib = a.budget_gib or gpu_gib - CARD_SPARE_GIB  # an H100's card is not an H200's
     rows = rows_of(a.set, a.only)
     shapes = list(dict.fromkeys(r.shape for r in rows))
     maker = subprocess.Popen(
@@ -510,7 +514,7 @@ def run_gpu(a: argparse.Namespace) -> None:
             if (
                 running
                 and not alone
-                and (len(running) >= limit or held + need + weights_gib > a.budget_gib or host_full)
+                and (len(running) >= limit or held + need + weights_gib > budget_gib or host_full)
             ):
                 continue
             run_dir = work / row.label()
@@ -563,7 +567,9 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="estimate every row; run nothing")
     ap.add_argument("--work", default="/tmp/dojo-bench")
     ap.add_argument("--parallel", type=int, default=7, help="rows at once on the GPU")
-    ap.add_argument("--budget-gib", type=float, default=132.0)
+    ap.add_argument("--budget-gib", type=float, default=None,
+                    help=f"GPU memory the rows side by side may need together (default: the card's "
+                    f"less {CARD_SPARE_GIB} GiB, 132 on an H200)")  # fmt: skip
     ap.add_argument("--host-gib", type=float, default=128.0)
     ap.add_argument("--row-timeout", type=float, default=300.0)
     ap.add_argument("--make-weights", nargs="*", help=argparse.SUPPRESS)
@@ -574,7 +580,7 @@ def main() -> None:
             (folder / "READY").write_text("ok")
             print(f"weights {shape} ready", flush=True)
     elif a.dry_run:
-        dry_run(a.set, a.only, a.budget_gib)
+        dry_run(a.set, a.only, a.budget_gib or H200_GIB - CARD_SPARE_GIB)
     elif not a.out:
         ap.error("--out FILE is needed to run on the GPU (or --dry-run)")
     else:
