@@ -425,6 +425,10 @@ def page() -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
+def _crashed(row: dict[str, Any]) -> bool:
+    return bool(row.get("rc")) and not row.get("oom") and not row.get("host_killed")
+
+
 def merge(files: list[Path], out: Path) -> None:
     """One result file from several calls of one benchmark and set (memory: rows by call)."""
     docs = [json.loads(f.read_text()) for f in files]
@@ -434,10 +438,14 @@ def merge(files: list[Path], out: Path) -> None:
     if first["benchmark"] == "speed":
         first["calls"] = [c for d in docs for c in d["calls"]]
     else:
-        calls, rows = [], []
+        calls: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
         for d in docs:
             base = len(calls)
             calls += d["calls"]
+            again = {r["row"] for r in d["rows"]}
+            # a row that crashed (not out of memory) and ran again later keeps only its rerun
+            rows = [r for r in rows if not (r["row"] in again and _crashed(r))]
             rows += [{**r, "call": base + r.get("call", 0)} for r in d["rows"]]
         first["calls"], first["rows"] = calls, rows
     out.write_text(json.dumps(first, indent=1) + "\n")

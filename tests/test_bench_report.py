@@ -84,6 +84,25 @@ def test_merge_keeps_each_call(report: object, tmp_path: Path) -> None:
         report.merge([tmp_path / "a.json", tmp_path / "m1.json"], tmp_path / "q.json")  # type: ignore[attr-defined]
 
 
+def test_merge_keeps_a_crashed_rows_rerun_only(report: object, tmp_path: Path) -> None:
+    """A row that crashed in one call and ran again in a later one is shown once, as rerun; an
+    out-of-memory row is a result and stays beside its rerun."""
+    first = {"benchmark": "memory", "set": "x", "command": "c", "calls": [{"command": "m"}],
+             "rows": [{"row": "crash", "rc": 1}, {"row": "oom", "rc": 1, "oom": True},
+                      {"row": "ok", "rc": 0}]}  # fmt: skip
+    again = {**first, "rows": [{"row": "crash", "rc": 0}, {"row": "oom", "rc": 0}]}
+    for name, doc in (("one", first), ("two", again)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    report.merge([tmp_path / "one.json", tmp_path / "two.json"], tmp_path / "o.json")  # type: ignore[attr-defined]
+    rows = json.loads((tmp_path / "o.json").read_text())["rows"]
+    assert [(r["row"], r["call"]) for r in rows] == [
+        ("oom", 0),
+        ("ok", 0),
+        ("crash", 1),
+        ("oom", 1),
+    ]
+
+
 def test_orpo_and_simpo_rows_of_whole_logits_get_no_estimate_now(report: object) -> None:
     """ORPO/SimPO rows measured before dojo ran them through TRL's fused LM head made the whole
     logits; today's estimate describes the fused run, so it is not set beside them. Rows the
