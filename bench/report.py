@@ -30,11 +30,11 @@ HEAD = """# Benchmarks
 
 The current tables of every benchmark in `bench/` (bench/README.md says how each is measured),
 made by `python bench/report.py > docs/benchmarks.md` from the latest result file of each
-(`bench/results/`); no number here is typed by hand. GPU numbers come from a lent NVIDIA H200, or an
-H100 where a call names it (the software: `bench/gpu-wheels.sh`, installed by
-`bench/gpu_setup.sh`); a speed ratio divides two systems of one call, so of one card. Results measured with
-scripts that `bench/` no longer has name them and their commit; git history keeps them, and the
-command to measure the same rows today is given beside.
+(`bench/results/`); no number here is typed by hand. GPU numbers come from a lent NVIDIA H200,
+or an H100 where a call names it (the software: `bench/gpu-wheels.sh`, installed by
+`bench/gpu_setup.sh`); a speed ratio divides two systems of one call, so of one card. Results
+measured with scripts that `bench/` no longer has name them and their commit; git history keeps
+them, and the command to measure the same rows today is given beside.
 """
 
 SPEED_PROSE = """Real (non-padding) tokens per second per GPU after step 1, the median of each system's
@@ -365,9 +365,8 @@ def speed() -> list[str]:
         "without DeepSpeed). 1b-lora-longtail trains one sample of up to 16,384 tokens a "
         "micro-batch: the packers fill it, while the plain script, which does not pack, takes one "
         "chat of the mix a step (about 300 tokens at 0.55 s a step), so its ratio measures "
-        "packing more than anything else. A call with "
-        "fewer steps shows only the windows it reached; one with one run a system (repeats 1) "
-        "has no min-max. Rows not listed under a call were not run yet.",
+        "packing more than anything else. A call with fewer steps shows only the windows it "
+        "reached; one with one run a system (repeats 1) has no min-max. Rows not listed under a call were not run yet.",
     )  # fmt: skip
     out += speed_section(
         "peer-variants", "dojo's variants on the realistic mix",

@@ -620,7 +620,8 @@ def run_gpu(a: argparse.Namespace, plans: list[RowPlan], gpus: list[int], work: 
     smi.start()
     done: queue.Queue[RowPlan] = queue.Queue()
     call = {"commit": git_commit(), "device": gpu_name(), "command": a.command, "gpus": gpus,
-            "spread": a.spread, "steps": a.steps, "repeats": a.repeats, "warmup_steps": a.warmup_steps if a.warmup else 0,
+            "spread": a.spread, "steps": a.steps, "repeats": a.repeats,
+            "warmup_steps": a.warmup_steps if a.warmup else 0,
             "skipped": {}, "dropped": {}, "warmups": [], "runs": []}  # fmt: skip
     doc = {"benchmark": "speed", "set": a.set, "calls": [call]}
     lock = threading.Lock()
