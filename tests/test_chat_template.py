@@ -77,10 +77,16 @@ def test_raise_exception_names_template_and_message() -> None:
 
 
 def test_syntax_error_names_the_line(tmp_path: Path) -> None:
+    """A file is named by the flag it came with; a template given as text by its name."""
     bad = tmp_path / "bad.jinja"
     bad.write_text("ok\n{% if %}\n", encoding="utf-8")
-    with pytest.raises(TemplateError, match=r"does not parse: line 2"):
+    said = "does not parse: line 2: Expected an expression, got 'end of statement block'"
+    with pytest.raises(TemplateError) as info:
         load_template(str(bad))
+    assert info.value.message == f"--template {str(bad)!r}: {said}"
+    with pytest.raises(TemplateError) as info:
+        inline(bad.read_text(encoding="utf-8"), name="t1")
+    assert info.value.message == f"template 't1' {said}"
 
 
 @pytest.mark.parametrize(

@@ -292,23 +292,28 @@ def _compile(source: str) -> Any:
     return _environment().from_string(source)
 
 
-def compile_template(source: str, name: str) -> Any:
-    """The compiled template, or a TemplateError naming the file and line that does not parse."""
+def compile_template(source: str, name: str, subject: str | None = None) -> Any:
+    """The compiled template, or a TemplateError naming the file and line that does not parse.
+
+    ``subject`` is how the message names the template (e.g. ``--template 'x.jinja':``, the flag
+    the user gave it with); by default ``template 'NAME'``.
+    """
     import jinja2
 
+    subject = subject if subject is not None else f"template {name!r}"
     if not isinstance(source, str):
-        raise TemplateError(f"template {name!r} is {type(source).__name__}, not text")
+        raise TemplateError(f"{subject} is {type(source).__name__}, not text")
     try:
         return _compile(source)
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(
-            f"template {name!r} does not parse: line {e.lineno}: {e.message}",
+            f"{subject} does not parse: line {e.lineno}: {e.message}",
             hint="fix the Jinja syntax at that line",
         ) from e
     except (RecursionError, MemoryError, ValueError, OverflowError) as e:
         # a 5,000-digit number literal, or brackets nested thousands deep
         raise TemplateError(
-            f"template {name!r} does not parse: {type(e).__name__}: {e}",
+            f"{subject} does not parse: {type(e).__name__}: {e}",
             hint="the template is not a usable chat template; check the file is the right one",
         ) from e
 

@@ -78,13 +78,15 @@ class ChatTemplate:
         eos_token: str | None = None,
         stop_token: str | None = None,
         variables: Mapping[str, Any] | None = None,
+        subject: str | None = None,
     ) -> "ChatTemplate":
         """Wrap a template string (e.g. a tokenizer's own ``chat_template``); compiled to check it.
 
         The stop token defaults to the eos token: for most chat tokenizers (Qwen, Llama-3-Instruct,
         Mistral, Zephyr) eos is the end-of-turn marker the template writes after the reply.
+        ``subject`` names the template in a parse error (see ``sandbox.compile_template``).
         """
-        _sandbox.compile_template(source, name)
+        _sandbox.compile_template(source, name, subject)
         return cls(
             name=name,
             source=source,
@@ -119,11 +121,10 @@ def load_template(ref: "str | Path | ChatTemplate", *, flag: str = "--template")
             return _load_model_dir(path, flag)
         if path.name.endswith(".json"):
             return _load_tokenizer_config(path, flag)
-        try:
-            return ChatTemplate.from_source(_read(path, flag), name=str(path))
-        except TemplateError as e:  # "template 'x.jinja' does not parse": name the flag too
-            said = e.message.removeprefix(f"template {str(path)!r} ")
-            raise TemplateError(f"{flag} {text!r}: {said}", hint=e.hint) from None
+        # A parse error names the flag and the file as the user wrote them.
+        return ChatTemplate.from_source(
+            _read(path, flag), name=str(path), subject=f"{flag} {text!r}:"
+        )
     names = bundled_names()
     close = close_names(text, names)
     hint = f"did you mean {', '.join(close)}?" if close else f"available: {', '.join(names)}"

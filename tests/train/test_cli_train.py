@@ -336,6 +336,23 @@ def test_template_that_trains_on_nothing(cli, model_dir: Path, tmp_path: Path, n
     assert not out.exists()
 
 
+def test_template_that_does_not_parse(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
+    """The parse error names --template and the file as given, as chat-template's does."""
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("a\n{% for %}")
+    out = tmp_path / "out"
+    with _gpus(H200):
+        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "-o", str(out),
+                "--template", str(bad), "--dry-run")  # fmt: skip
+    assert r.exit_code == 1
+    assert r.stderr.splitlines() == [
+        f"error: --template '{bad}': does not parse: line 2: Expected an expression, "
+        "got 'end of statement block'",
+        "hint: fix the Jinja syntax at that line",
+    ]
+    assert not out.exists()
+
+
 def test_model_template_that_trains_on_nothing(cli, model_dir: Path, tmp_path: Path) -> None:
     """The model folder's own template gets the same check as --template."""
     (model_dir / "chat_template.jinja").write_text("")
