@@ -10,10 +10,13 @@ Reports (all from real renders, nothing assumed from the template's name):
 """
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dojo.chat.spans import SpanReport
 from dojo.errors import TemplateError
+
+if TYPE_CHECKING:
+    from dojo.chat.template import ChatTemplate
 
 REASONING = "2 plus 2 makes 4."
 SAMPLE: list[dict[str, Any]] = [
@@ -146,13 +149,15 @@ def untrained_problem(spans: SpanReport, messages: list[dict[str, Any]], ref: st
             f"{conversation} holds none of the {len(replies)} assistant replies)", UNTRAINED_HINT)  # fmt: skip
 
 
-def check_trains(ref: str, flag: str = "--template") -> None:
+def check_trains(
+    ref: str, flag: str = "--template", template: "ChatTemplate | None" = None
+) -> None:
     """TemplateError when --template ``ref`` (or --model ``ref``'s own template) marks none of
     SAMPLE's assistant replies for training. A template that cannot render SAMPLE is left to
-    the data check, which renders the real rows."""
+    the data check, which renders the real rows. ``template``: ``ref`` already loaded."""
     from dojo.chat.template import load_template
 
-    tpl = load_template(ref, flag=flag)
+    tpl = template if template is not None else load_template(ref, flag=flag)
     try:
         report = check(tpl)
     except TemplateError:

@@ -365,13 +365,13 @@ def check_template(template: str | None, model: str | None, model_kind: str) -> 
 
         folder = str(Path(str(model)).expanduser())
         try:
-            load_template(folder, flag="--model")
+            own = load_template(folder, flag="--model")
         except TemplateError:
             raise TemplateError(
                 f"--model {model}: the model folder has no chat template",
                 hint="pass --template NAME, e.g. --template chatml (see 'dojo chat-template list')",
             ) from None
-        check_trains(folder, flag="--model")
+        check_trains(folder, flag="--model", template=own)
 
 
 def default_data(objective: str = "sft") -> tuple[str, ...]:
