@@ -325,6 +325,10 @@ def _pick_template(value: Any, where: str, flag: str) -> str:
     )
 
 
+class NoChatTemplate(TemplateError):
+    """A model folder that ships no chat template at all (not one whose template is broken)."""
+
+
 def _load_tokenizer_config(path: Path, flag: str) -> ChatTemplate:
     config = _json_file(path, flag)
     if "chat_template" not in config:
@@ -343,23 +347,26 @@ def _load_model_dir(folder: Path, flag: str) -> ChatTemplate:
     jinja = (
         folder / "chat_template.jinja"
     )  # transformers >= 4.43 saves it separately, and prefers it
+    said = f"{flag} {str(folder)!r}:"  # a broken template names the folder the user gave
     if _present(jinja, flag):
-        return _with_tokens(_read(jinja, flag), str(jinja), tokens)
+        return _with_tokens(_read(jinja, flag), str(jinja), tokens, f"{said} its {jinja.name}")
     if "chat_template" in config:
-        return _with_tokens(
-            _pick_template(config["chat_template"], str(cfg_path), flag), str(folder), tokens
-        )
-    raise TemplateError(
+        source = _pick_template(config["chat_template"], str(cfg_path), flag)
+        return _with_tokens(source, str(folder), tokens, f"{said} its {cfg_path.name}'s template")
+    raise NoChatTemplate(
         f"{flag} {str(folder)!r} has no chat template (no chat_template.jinja, "
         "no chat_template in tokenizer_config.json)",
         hint="base models often ship none: pick a bundled one (dojo chat-template list)",
     )
 
 
-def _with_tokens(source: str, name: str, tokens: dict[str, str]) -> ChatTemplate:
+def _with_tokens(
+    source: str, name: str, tokens: dict[str, str], subject: str | None = None
+) -> ChatTemplate:
     tpl = ChatTemplate.from_source(
         source,
         name=name,
+        subject=subject,
         bos_token=tokens.get("bos_token"),
         eos_token=tokens.get("eos_token"),
         variables={k: v for k, v in tokens.items() if k not in ("bos_token", "eos_token")},

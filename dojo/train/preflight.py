@@ -355,8 +355,7 @@ def check_quantized(run: Run, spec: Any) -> None:
 
 def check_template(template: str | None, model: str | None, model_kind: str) -> None:
     """--template must resolve; without it a local model must ship its own chat template."""
-    from dojo.chat.template import load_template
-    from dojo.errors import TemplateError
+    from dojo.chat.template import NoChatTemplate, load_template
 
     if template is not None:
         load_template(template, flag="--template")
@@ -366,8 +365,8 @@ def check_template(template: str | None, model: str | None, model_kind: str) -> 
         folder = str(Path(str(model)).expanduser())
         try:
             own = load_template(folder, flag="--model")
-        except TemplateError:
-            raise TemplateError(
+        except NoChatTemplate:  # one that does not parse says so itself
+            raise NoChatTemplate(
                 f"--model {model}: the model folder has no chat template",
                 hint="pass --template NAME, e.g. --template chatml (see 'dojo chat-template list')",
             ) from None

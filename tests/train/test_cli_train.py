@@ -487,6 +487,23 @@ def test_model_without_chat_template(cli, model_dir: Path, tmp_path: Path, no_la
     assert r.exit_code == 0, r.stderr
 
 
+def test_model_whose_chat_template_does_not_parse(
+    cli, model_dir: Path, tmp_path: Path, no_launch
+) -> None:
+    """A broken template in the model folder is named as broken, not as missing."""
+    (model_dir / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}")
+    with _gpus(H200):
+        r = cli(
+            "train", "--model", str(model_dir), "--data", "org/chats", "-o", str(tmp_path / "o"),
+            "--dry-run",
+        )  # fmt: skip
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[0].startswith(
+        f"error: --model {str(model_dir)!r}: its chat_template.jinja does not parse: line 1"
+    )
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
