@@ -162,10 +162,12 @@ def plan_runs(
 
 def _why_not(zero: Any, given: set[str]) -> str:
     """Why no run at ``zero``'s stage can take the ZeRO options asked ("" when one can): the
-    first problem, without its "(got --zero N)" (the stage is named beside it)."""
-    import re
+    first option the stage cannot take, without the stage (it is named beside it), else a
+    problem the options have at any stage (all are left out, and the run asked says it)."""
+    from dojo.run.groups.zero import stage3_clashes, zero_clashes, zero_problems
 
-    from dojo.run.groups.zero import stage3_problems, zero_problems
-
-    found = zero_problems(zero, need_path=False) + stage3_problems(zero, given)
-    return re.sub(r" \(got --zero [^)]*\).*", "", found[0][0]) if found else ""
+    clashes = zero_clashes(zero) + stage3_clashes(zero, given)
+    if clashes:
+        return clashes[0].reason
+    problems = zero_problems(zero, need_path=False)
+    return problems[0][0] if problems else ""

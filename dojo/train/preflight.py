@@ -397,6 +397,7 @@ def check_data(
     try:
         if flag == "--data":
             sources.parse_all(list(data), ratios)  # weights: all or none, one ratio per source
+        sources.check_repeats([sources.parse(d, flag) for d in data], flag)
         report = read_rows(
             list(data),
             columns=sources.parse_columns(columns),

@@ -22,6 +22,7 @@ in every source that has it.
 """
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,6 +173,48 @@ def parse_all(
         Source(s.spec, s.kind, s.name, s.files, s.subset, s.split, share)
         for s, share in zip(sources, shares, strict=True)
     ]
+
+
+def check_repeats(srcs: list[Source], flag: str = "--data") -> None:
+    """A file or Hub dataset two values name (a.jsonl twice, a.jsonl and ./a.jsonl, a folder and
+    a file in it) would have its rows read twice, silently doubling them: DataError naming both.
+    A mix weights a source with =WEIGHT, so a repeat asks nothing it could not."""
+    hint = "give each file once (a folder reads every data file in it)"
+    if flag == "--data":
+        hint += "; to weight a source in a mix use =WEIGHT: --data a.jsonl=0.7 --data b.jsonl=0.3"
+    seen: dict[tuple[str | None, ...], Source] = {}
+    for src in srcs:
+        keys = _identities(src)
+        for key, shown in keys.items():
+            if key in seen:
+                raise DataError(_repeat_message(src, seen[key], shown, flag), hint=hint)
+        seen.update(dict.fromkeys(keys, src))
+
+
+def _identities(src: Source) -> dict[tuple[str | None, ...], str]:
+    """What ``src`` reads, however spelled -> as it names it: each file's real path, or the Hub
+    dataset's (name, subset, split)."""
+    if src.kind == "hub":
+        return {("hub", src.name, src.subset, src.split): src.name}
+    return {("file", os.path.realpath(os.path.expanduser(f))): f for f in src.files}
+
+
+def _repeat_message(later: Source, earlier: Source, shown: str, flag: str) -> str:
+    """``later`` reads ``shown``, which ``earlier`` reads too."""
+    first = f"{flag} {clip(earlier.spec, 200)}"
+
+    def shape(s: Source) -> str:
+        return "dataset" if s.kind == "hub" else "file" if s.files == (s.name,) else "folder"
+
+    if later.key() == earlier.key():
+        what = "given twice"
+    elif (
+        shape(later) == shape(earlier) and _identities(later).keys() == _identities(earlier).keys()
+    ):
+        what = f"the same {shape(later)} as {first}"
+    else:
+        what = f"{clip(shown, 200)} is read by {first} too"
+    return f"{flag} {clip(later.spec, 200)}: {what}, so each of its rows would count twice"
 
 
 def normalise(weights: list[float]) -> list[float]:

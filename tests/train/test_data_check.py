@@ -337,6 +337,25 @@ def test_cli_refuses_before_launch(
     assert not out.exists()
 
 
+def test_cli_refuses_a_file_given_twice_before_launch(cli: Any, tmp_path: Path) -> None:
+    """Read twice, its rows would be trained on twice, unsaid."""
+    (tmp_path / "a.jsonl").write_text(json.dumps(GOOD) + "\n")
+    out = tmp_path / "out"
+    a, again = str(tmp_path / "a.jsonl"), f"{tmp_path}/./a.jsonl"
+    with patch("dojo.train.launch.run", side_effect=AssertionError("launched")):
+        r = cli("train", "--nproc", "1", "--data", a, "--data", again, "-o", str(out))
+        ev = cli("train", "--nproc", "1", "--eval-data", a, "--eval-data", a, "-o", str(out))
+    assert r.exit_code == 1, r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: --data {again}: the same file as --data {a}, so each of its rows would count "
+        "twice",
+        "hint: give each file once (a folder reads every data file in it); to weight a source "
+        "in a mix use =WEIGHT: --data a.jsonl=0.7 --data b.jsonl=0.3",
+    ]
+    assert ev.exit_code == 1 and ev.stderr.startswith(f"error: --eval-data {a}: given twice")
+    assert not out.exists()
+
+
 # ---- --data-columns ------------------------------------------------------------------------
 
 

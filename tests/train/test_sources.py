@@ -75,6 +75,40 @@ def test_weights_normalised_and_all_or_none() -> None:
         sources.parse("a.jsonl=0")
 
 
+@pytest.mark.parametrize(
+    ("specs", "message"),
+    [
+        (["d/a.jsonl", "d/a.jsonl"], "--data d/a.jsonl: given twice"),
+        (["d/a.jsonl=0.5", "d/a.jsonl=0.5"], "--data d/a.jsonl=0.5: given twice"),
+        (["d/a.jsonl", "./d/a.jsonl"], "--data ./d/a.jsonl: the same file as --data d/a.jsonl"),
+        (["d/a.jsonl", "ln.jsonl"], "--data ln.jsonl: the same file as --data d/a.jsonl"),
+        (["d", "./d/"], "--data ./d/: the same folder as --data d"),
+        (["d", "d/b.jsonl"], "--data d/b.jsonl: d/b.jsonl is read by --data d too"),
+        (["d/b.jsonl", "d"], "--data d: d/b.jsonl is read by --data d/b.jsonl too"),
+        (["org/ds", "org/ds@train"], "--data org/ds@train: the same dataset as --data org/ds"),
+    ],
+)
+def test_a_source_given_twice_is_refused(
+    tmp_path: Path, monkeypatch: Any, specs: list[str], message: str
+) -> None:
+    """Each repeat would read every row of the file twice: the mix syntax weights a source
+    (=WEIGHT), so a repeat is a mistake, not a way to upweight."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    write_jsonl(tmp_path / "d" / "a.jsonl", [GOOD])
+    write_jsonl(tmp_path / "d" / "b.jsonl", [GOOD])
+    (tmp_path / "ln.jsonl").symlink_to(tmp_path / "d" / "a.jsonl")
+    with pytest.raises(DataError) as e:
+        sources.check_repeats([sources.parse(s) for s in specs])
+    assert e.value.message == message + ", so each of its rows would count twice"
+    assert e.value.hint.startswith("give each file once") and "=WEIGHT" in e.value.hint
+    distinct = ["d/a.jsonl", "d/b.jsonl", "org/ds:en", "org/ds:fr", "org/ds@test"]
+    sources.check_repeats([sources.parse(s) for s in distinct])
+    with pytest.raises(DataError, match="^--eval-data d/a.jsonl: given twice") as e:
+        sources.check_repeats([sources.parse("d/a.jsonl")] * 2, "--eval-data")
+    assert "=WEIGHT" not in e.value.hint
+
+
 @pytest.mark.parametrize("bad", ["0.7,x", "0.7,-1", "inf", "0.7,,0.3"])
 def test_bad_ratios(bad: str) -> None:
     with pytest.raises(DataError, match=r"^--data-ratios .*not a positive number"):

@@ -170,19 +170,25 @@ class ZeroOptions:
         return True if self.overlap_comm is None else self.overlap_comm
 
 
+@dataclass(frozen=True)
+class StageClash:
+    """An option the run's ZeRO stage cannot take: ``reason`` names the option and what it
+    needs, ``why`` (may be "") says why; the message puts the stage asked between them."""
+
+    reason: str
+    why: str
+    hint: str
+
+    def problem(self, stage: Stage) -> tuple[str, str]:
+        """(message, hint), the message naming the stage asked."""
+        why = f": {self.why}" if self.why else ""
+        return f"{self.reason} (got --zero {stage}){why}", self.hint
+
+
 def zero_problems(z: ZeroOptions, *, need_path: bool = True) -> list[tuple[str, str]]:
     """(message, hint) for every rule the ZeRO flags break together; ``need_path``: nvme offload
     needs --nvme-path (not for an estimate of the run)."""
-    out: list[tuple[str, str]] = []
-    if not z.deepspeed:
-        out += _no_deepspeed_problems(z)
-    elif z.offload != "none" and z.stage == 0:
-        out.append((f"--offload {z.offload} needs ZeRO stage 1, 2 or 3 (got --zero 0)",
-                    f"use --zero 2 --offload {z.offload}, or drop --offload"))  # fmt: skip
-    if z.offload_param not in ("auto", "none") and z.stage != 3:
-        out.append((f"--offload-param {z.offload_param} needs --zero 3 (got --zero {z.stage}): "
-                    "only ZeRO-3 partitions parameters",
-                    f"use --zero 3, or --offload {z.offload_param} for the optimizer only"))  # fmt: skip
+    out = [c.problem(z.stage) for c in zero_clashes(z)]
     if "nvme" in (z.offload, z.param_device) and not z.nvme_path and need_path:
         flag = "--offload" if z.offload == "nvme" else "--offload-param"
         out.append((f"{flag} nvme needs --nvme-path",
@@ -195,6 +201,22 @@ def zero_problems(z: ZeroOptions, *, need_path: bool = True) -> list[tuple[str, 
     return out
 
 
+def zero_clashes(z: ZeroOptions) -> list[StageClash]:
+    """The offload options ``z``'s stage cannot take, and what only DeepSpeed does asked of a run
+    without it (the ZeRO-3 options are ``stage3_clashes``')."""
+    out: list[StageClash] = []
+    if not z.deepspeed:
+        out += _no_deepspeed_clashes(z)
+    elif z.offload != "none" and z.stage == 0:
+        out.append(StageClash(f"--offload {z.offload} needs ZeRO stage 1, 2 or 3", "",
+                              f"use --zero 2 --offload {z.offload}, or drop --offload"))  # fmt: skip
+    if z.offload_param not in ("auto", "none") and z.stage != 3:
+        out.append(StageClash(f"--offload-param {z.offload_param} needs --zero 3",
+                              "only ZeRO-3 partitions parameters",
+                              f"use --zero 3, or --offload {z.offload_param} for the optimizer only"))  # fmt: skip
+    return out
+
+
 STAGE3_ONLY = {
     "prefetch_bucket_size": ("--prefetch-bucket-size", ("auto",)),
     "sub_group_size": ("--sub-group-size", ("auto",)),
@@ -204,6 +226,11 @@ STAGE3_ONLY = {
 
 
 def stage3_problems(z: ZeroOptions, given: set[str] | frozenset[str]) -> list[tuple[str, str]]:
+    """(message, hint) for each of ``stage3_clashes``."""
+    return [c.problem(z.stage) for c in stage3_clashes(z, given)]
+
+
+def stage3_clashes(z: ZeroOptions, given: set[str] | frozenset[str]) -> list[StageClash]:
     """A ZeRO-3 option the user set (``given``) on a run below ZeRO-3, where it would be dropped
     unsaid. Their defaults ask nothing, and a --print-config file below ZeRO-3 writes those."""
     if z.stage == 3:
@@ -212,8 +239,8 @@ def stage3_problems(z: ZeroOptions, given: set[str] | frozenset[str]) -> list[tu
     for name, (flag, idle) in STAGE3_ONLY.items():
         value = getattr(z, name)
         if name in given and value not in idle:
-            out.append((f"{flag} {value} applies to ZeRO-3 only (got --zero {z.stage})",
-                        f"use --zero 3, or drop {flag}"))  # fmt: skip
+            out.append(StageClash(f"{flag} {value} applies to ZeRO-3 only", "",
+                                  f"use --zero 3, or drop {flag}"))  # fmt: skip
     return out
 
 
@@ -278,23 +305,23 @@ def _squash(name: str) -> str:
     return name.replace("_", "").lower()
 
 
-def _no_deepspeed_problems(z: ZeroOptions) -> list[tuple[str, str]]:
+def _no_deepspeed_clashes(z: ZeroOptions) -> list[StageClash]:
     """What only DeepSpeed does, asked of a run without it (the reduce bucket is DeepSpeed's too,
-    but it changes no result: it stays unused; the ZeRO-3 options are ``stage3_problems``')."""
+    but it changes no result: it stays unused; the ZeRO-3 options are ``stage3_clashes``')."""
     out = []
     if z.offload != "none":
-        out.append((f"--offload {z.offload} needs DeepSpeed (got --zero none): the plain "
-                     "Trainer keeps the optimizer states on the GPU",
-                     f"use --zero 2 --offload {z.offload}, or drop --offload"))  # fmt: skip
+        out.append(StageClash(f"--offload {z.offload} needs DeepSpeed",
+                              "the plain Trainer keeps the optimizer states on the GPU",
+                              f"use --zero 2 --offload {z.offload}, or drop --offload"))  # fmt: skip
     if z.optimizer == "ds":
-        out.append(("--optimizer ds needs DeepSpeed (got --zero none)",
-                     "drop --optimizer ds: the Trainer builds --optim"))  # fmt: skip
+        out.append(StageClash("--optimizer ds needs DeepSpeed", "",
+                              "drop --optimizer ds: the Trainer builds --optim"))  # fmt: skip
     if z.scheduler == "ds":
-        out.append(("--scheduler ds needs DeepSpeed (got --zero none)",
-                     "drop --scheduler ds: the Trainer builds --lr-scheduler"))  # fmt: skip
+        out.append(StageClash("--scheduler ds needs DeepSpeed", "",
+                              "drop --scheduler ds: the Trainer builds --lr-scheduler"))  # fmt: skip
     if z.overflow_check:
-        out.append(("--overflow-check is DeepSpeed's bf16 overflow test (got --zero none)",
-                     "drop --overflow-check, or use --zero 0-3"))  # fmt: skip
+        out.append(StageClash("--overflow-check is DeepSpeed's bf16 overflow test", "",
+                              "drop --overflow-check, or use --zero 0-3"))  # fmt: skip
     return out
 
 
