@@ -98,3 +98,5 @@ def test_a_trained_head_makes_the_gradient_norm_the_step_peak(stage: int) -> Non
     assert adapters.step == 6 * adapters.trainable_params  # no piece near the partition's size
     assert head.step == 8 * L8.vocab_size * L8.hidden_size
     assert head.step > 6 * head.trainable_params
+    assert any("gradient norm's fp64 copy" in n for n in head.notes)
+    assert not any("gradient norm" in n for n in adapters.notes)

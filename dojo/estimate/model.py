@@ -178,6 +178,13 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         step = FP32 * p_t  # FP16_UnfusedOptimizer: an fp32 copy of every param's grad
     elif s.zero.stage in (1, 2):
         step = _zero12_step(p_t, largest_t, n)
+        if step > 6 * p_t / n:
+            notes.append(
+                f"the optimizer step's largest block is the gradient norm's fp64 copy of one "
+                f"{min(largest_t, -(-p_t // n)):,}-value gradient ({step / GIB:.1f} GiB, more "
+                "than the flat gradient and its fp32 upcast): DeepSpeed ZeRO-1/2 take the norm "
+                "in fp64, one tensor at a time"
+            )
     else:
         step = 6 * _z3_largest_sub_group(spec, s, p_t)  # stage3 _prepare_fp32_grad_for_sub_group
     # --- backward working set ---
