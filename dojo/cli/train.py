@@ -26,7 +26,17 @@ def train_cmd(
     force: Annotated[
         bool,
         typer.Option(
-            "--force", help="Launch even if the estimate says it will not fit; reuse --output-dir"
+            "--force",
+            help="Train into an --output-dir that holds an earlier run, starting over: its "
+            "checkpoints are removed (--resume continues it instead)",
+        ),
+    ] = False,
+    skip_fit_check: Annotated[
+        bool,
+        typer.Option(
+            "--skip-fit-check",
+            help="Launch even if the estimate says the run will not fit the GPUs, or their free "
+            "memory",
         ),
     ] = False,
     dry_run: Annotated[
@@ -56,6 +66,9 @@ def train_cmd(
     """
     from dojo.train import driver
 
-    rc = driver.main(config, opts, force=force, dry_run=dry_run, print_config=print_config)
+    rc = driver.main(
+        config, opts, force=force, skip_fit_check=skip_fit_check, dry_run=dry_run,
+        print_config=print_config,
+    )  # fmt: skip
     if rc:
         raise typer.Exit(rc)

@@ -26,11 +26,14 @@ from dojo.train.preflight import Plan
 
 DS_FILE = "ds_config.json"
 """The DeepSpeed JSON beside the run record (none for --zero none)."""
+SKIP_FIT = "--skip-fit-check"
+"""The flag that launches a run the memory checks refuse. Not --force, which starts a run folder
+over and removes its checkpoints: wanting one must never do the other."""
 
 
 def plan(
     options: RunOptions, given: set[str], *, force: bool, dry_run: bool = False,
-    present: list[Any] | None = None,
+    present: list[Any] | None = None, skip_fit_check: bool = False,
 ) -> Plan:  # fmt: skip
     """Every check, cheapest first; raises one DojoError on the first failure."""
     from dojo.gpus import VISIBLE_ENV, list_gpus
@@ -64,10 +67,10 @@ def plan(
     eval_info = preflight.check_eval_data(run, data_info)
     preflight.check_output(run, spec, force=force)
     resume_from = preflight.check_resume(run, kind)
-    est, fit_notes = fit_check(run, spec, machine, force=force)
+    est, fit_notes = fit_check(run, spec, machine, anyway=skip_fit_check)
     notes += fit_notes
     if devices.kind == "cuda" and run.devices.num_nodes == 1:
-        notes += occupied_check(est.gpu_total_gib, found, devices.ids, force=force)
+        notes += occupied_check(est.gpu_total_gib, found, devices.ids, anyway=skip_fit_check)
     notes.append("data: " + data_info["summary"])
     if eval_info:
         notes.append("eval: " + eval_info)
@@ -124,8 +127,9 @@ def stage_advice(run: Run) -> list[str]:
     return []
 
 
-def fit_check(run: Run, spec: Any, machine: Any, *, force: bool) -> tuple[Any, list[str]]:
-    """dojo estimate for this exact run. "does not fit": the table and a stop (unless --force);
+def fit_check(run: Run, spec: Any, machine: Any, *, anyway: bool) -> tuple[Any, list[str]]:
+    """dojo estimate for this exact run. "does not fit": the table and a stop (unless
+    --skip-fit-check: ``anyway``);
     "tight" (within 5% of the card, where the allocator thrashes): a warning. Host RAM is only
     ever a warning: MemTotal can read low on machines whose RAM grows on demand (balloon VMs)."""
     from dojo.estimate.model import estimate
@@ -139,11 +143,11 @@ def fit_check(run: Run, spec: Any, machine: Any, *, force: bool) -> tuple[Any, l
         from dojo.estimate import table
 
         msg = f"{need}, the GPUs have {gpu_mem:.1f} GiB"
-        hint = "try " + "; ".join(_suggestions(run)) + "; or pass --force to launch anyway"
-        if not force:
+        hint = "try " + "; ".join(_suggestions(run)) + f"; or pass {SKIP_FIT} to launch anyway"
+        if not anyway:
             _output.info(table.render_plain([est]))
             raise LaunchError(msg, hint=hint)
-        notes.append(f"warning: {msg}; launching anyway (--force)")
+        notes.append(f"warning: {msg}; launching anyway ({SKIP_FIT})")
     elif est.verdict == "tight":
         notes.append(
             f"warning: {need}, within 5% of the GPUs' {gpu_mem:.1f} GiB: near the limit the "
@@ -165,10 +169,11 @@ GPU's driver shows none to a few hundred MiB."""
 
 
 def occupied_check(
-    need_gib: float, found: list[Any], ids: tuple[int, ...], *, force: bool
+    need_gib: float, found: list[Any], ids: tuple[int, ...], *, anyway: bool
 ) -> list[str]:
     """The verdict above is against a whole card; a GPU other processes already use gives the
-    run only what is free on it. Refused where this run needs more than that (unless --force),
+    run only what is free on it. Refused where this run needs more than that (unless
+    --skip-fit-check: ``anyway``),
     a warning within 5% of it, a note otherwise."""
     busy = [g for g in found if g.index in ids and g.used_gib > BUSY_GIB]
     if not busy:
@@ -178,10 +183,10 @@ def occupied_check(
     what = (f"GPU {worst.index} already has {worst.used_gib:.1f} GiB in use by other processes "
             f"(nvidia-smi), {free:.1f} GiB free; this run needs about {need_gib:.1f} GiB per GPU")  # fmt: skip
     if need_gib > free:
-        if not force:
+        if not anyway:
             raise LaunchError(what, hint="free that GPU, name idle ones with --gpus (nvidia-smi "
-                              "shows their use), or pass --force to launch anyway")  # fmt: skip
-        return [f"warning: {what}; launching anyway (--force)"]
+                              f"shows their use), or pass {SKIP_FIT} to launch anyway")  # fmt: skip
+        return [f"warning: {what}; launching anyway ({SKIP_FIT})"]
     if need_gib > 0.95 * free:
         return [f"warning: {what}: within 5% of what is free, where the allocator frees and "
                 "retries (several times slower) or runs out"]  # fmt: skip
@@ -237,7 +242,7 @@ def record(p: Plan, run_dir: Path, model_path: str, tokenizer_path: str) -> dict
 
 def main(
     config_path: str | None, flags: dict[str, Any], *, force: bool, dry_run: bool,
-    print_config: bool = False,
+    print_config: bool = False, skip_fit_check: bool = False,
 ) -> int:  # fmt: skip
     started = time.monotonic()
     file_values = inputs.load_file(config_path) if config_path is not None else {}
@@ -246,7 +251,7 @@ def main(
     if print_config:
         _output.echo(inputs.to_yaml(options))
         return 0
-    p = plan(options, given, force=force, dry_run=dry_run)
+    p = plan(options, given, force=force, dry_run=dry_run, skip_fit_check=skip_fit_check)
     run = p.run
     run_dir = Path(run.output.output_dir).resolve()
     ds = render.ds_config(run, p.spec)
@@ -363,8 +368,13 @@ def _write_run_files(
     run_dir.mkdir(parents=True, exist_ok=True)
     if force and not rec["run"]["output"]["resume"]:
         # Starting over in the same folder: stale checkpoints would be taken by a later --resume.
-        for _, path, _ in checkpoints.list_checkpoints(run_dir):
+        stale = [path for _, path, _ in checkpoints.list_checkpoints(run_dir)]
+        for path in stale:
             shutil.rmtree(path, ignore_errors=True)
+        if stale:
+            names = ", ".join(path.name for path in stale)
+            _output.info(f"--force: starting over in {run_dir}: removed the earlier run's "
+                         f"checkpoints ({names})")  # fmt: skip
     mark = run_dir / preflight.DRY_RUN_MARK
     if dry_run and not any(p.name not in preflight.DRY_RUN_FILES for p in run_dir.iterdir()):
         mark.touch()

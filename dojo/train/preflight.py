@@ -465,7 +465,8 @@ def check_output(run: Run, spec: Any, *, force: bool) -> None:
     if holds_run(out) and not run.output.resume and not force:
         raise LaunchError(
             f"--output-dir {run.output.output_dir} already holds files (an earlier run?)",
-            hint="pass --resume to continue it, --force to train into it anyway, or choose another folder",
+            hint="pass --resume to continue it, --force to start over in it (its checkpoints are "
+            "removed), or choose another folder",
         )
     if spec is not None:
         trainable = spec.params if run.model.method == "full" else spec.lora_params(run.lora.lora_r)

@@ -396,7 +396,46 @@ def test_does_not_fit_stops_with_table(cli, model_dir: Path, tmp_path: Path, no_
         )
     assert r.exit_code == 1
     assert "GiB per GPU, the GPUs have 0.0 GiB" in r.stderr
-    assert "--force" in r.stderr.splitlines()[-1]
+    assert "--skip-fit-check to launch anyway" in r.stderr.splitlines()[-1]
+
+
+def test_force_does_not_skip_the_fit_check_nor_the_reverse(
+    cli, model_dir: Path, tmp_path: Path, no_launch
+) -> None:
+    """--force starts a run folder over (its checkpoints go); --skip-fit-check launches a run the
+    estimate refuses. Asking for one must never do the other."""
+    small = [Gpu(0, "tiny GPU", 0.01)]
+    out = tmp_path / "o"
+    args = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(out)]
+    with _gpus(small):
+        r = cli(*args, "--force")
+    assert r.exit_code == 1 and "the GPUs have 0.0 GiB" in r.stderr
+    with _gpus(small):
+        r = cli(*args, "--skip-fit-check", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    assert "launching anyway (--skip-fit-check)" in r.stderr + r.stdout
+    (out / "checkpoint-10").mkdir()
+    (out / "checkpoint-10" / "trainer_state.json").write_text("{}")
+    (out / ".dojo-dry-run").unlink()  # a folder that holds a run
+    with _gpus(small):
+        r = cli(*args, "--skip-fit-check", "--dry-run")
+    assert r.exit_code == 1 and "--resume" in r.stderr
+    assert (out / "checkpoint-10").is_dir()
+
+
+def test_force_says_which_checkpoints_it_removes(cli, model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    (out / "checkpoint-10").mkdir(parents=True)
+    (out / "checkpoint-10" / "trainer_state.json").write_text("{}")
+    args = ["train", "--model", str(model_dir), "--data", "org/chats", "-o", str(out), "--force"]
+    with _gpus(H200), patch("dojo.train.launch.run", return_value=1) as launched:
+        r = cli(*args)
+    assert launched.called and r.exit_code == 1  # the stub's failed launch: nothing trained
+    assert (
+        f"--force: starting over in {out.resolve()}: removed the earlier run's checkpoints "
+        "(checkpoint-10)" in r.stderr
+    )
+    assert not (out / "checkpoint-10").exists()
 
 
 def test_verdict_is_against_the_gpus_the_run_uses(
@@ -420,16 +459,16 @@ def test_gpu_others_fill_is_refused(cli, model_dir: Path, tmp_path: Path, no_lau
         r = cli(*args, "--gpus", "1")
     assert r.exit_code == 1
     assert r.stderr.startswith("error: GPU 1 already has 139.5 GiB in use by other processes")
-    assert "--force" in r.stderr and "Traceback" not in r.stderr
+    assert "--skip-fit-check" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "o").exists()
     with _gpus(busy):  # GPU 0 is idle: nothing said
         r = cli(*args, "--gpus", "0", "--dry-run")
     assert r.exit_code == 0, r.stderr
     assert "in use by other processes" not in r.stderr + r.stdout
     with _gpus(busy):
-        r = cli(*args, "--gpus", "1", "--dry-run", "--force")
+        r = cli(*args, "--gpus", "1", "--dry-run", "--skip-fit-check")
     assert r.exit_code == 0, r.stderr
-    assert "launching anyway (--force)" in r.stderr + r.stdout
+    assert "launching anyway (--skip-fit-check)" in r.stderr + r.stdout
 
 
 def test_gpu_shared_but_enough_free_is_a_note(
@@ -580,18 +619,18 @@ def test_verdict_refuses_does_not_fit_and_warns_on_tight() -> None:
     spec = resolve_model("1b")
     run = run_of(CUDA, spec)
     est, notes = driver.fit_check(
-        run, spec, dataclasses.replace(CUDA, gpu_memory_gib=1e4), force=False
+        run, spec, dataclasses.replace(CUDA, gpu_memory_gib=1e4), anyway=False
     )
     assert est.verdict == "fits" and not notes
     need = est.gpu_total_gib
     tight = dataclasses.replace(CUDA, gpu_memory_gib=need / 0.98)
-    _, notes = driver.fit_check(run, spec, tight, force=False)
+    _, notes = driver.fit_check(run, spec, tight, anyway=False)
     assert any("within 5% of the GPUs'" in n for n in notes)
     small = dataclasses.replace(CUDA, gpu_memory_gib=need * 0.8)
     with pytest.raises(LaunchError, match="needs about"):
-        driver.fit_check(run, spec, small, force=False)
-    _, notes = driver.fit_check(run, spec, small, force=True)
-    assert any("launching anyway (--force)" in n for n in notes)
+        driver.fit_check(run, spec, small, anyway=False)
+    _, notes = driver.fit_check(run, spec, small, anyway=True)
+    assert any("launching anyway (--skip-fit-check)" in n for n in notes)
 
 
 def test_dry_run_without_deepspeed(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
