@@ -6,6 +6,8 @@ Pure arithmetic on a ModelSpec; no torch, no DeepSpeed.
 Example: ``estimate(resolve_model("7b"), Setup(stage=3, num_gpus=8)).gpu_total_gib``.
 """
 
+import math
+
 from dojo.errors import EstimateError
 from dojo.estimate.activations import activation_bytes as activation_bytes
 from dojo.estimate.activations import activation_phases, split_peak
@@ -24,7 +26,7 @@ from dojo.estimate.quant import (
     quant_stats_bytes,
     quantized_notes,
 )
-from dojo.estimate.reserve import allocator_reserve, step_pages_hole
+from dojo.estimate.reserve import FP64, allocator_reserve, grad_norm_copy, step_pages_hole
 from dojo.estimate.result import GIB as GIB
 from dojo.estimate.result import MemoryEstimate as MemoryEstimate
 from dojo.estimate.setup import Calibration as Calibration
@@ -34,7 +36,6 @@ from dojo.modelspec import ModelSpec
 
 BF16 = 2  # bytes; params, grads, activations and comm buffers are bf16 (DeepSpeed bf16 mode)
 FP32 = 4
-FP64 = 8  # ZeRO-1/2 take the gradient norm on fp64 copies
 # bitsandbytes 0.50 optim/optimizer.py Optimizer2State.init_state: 8-bit m and v are uint8 with
 # one fp32 absmax per 256 values each; tensors under min_8bit_size (4096) keep fp32 states.
 BNB_8BIT_BYTES = 2 + 2 * FP32 / 256
@@ -181,7 +182,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         if step > 6 * p_t / n:
             notes.append(
                 f"the optimizer step's largest block is the gradient norm's fp64 copy of one "
-                f"{min(largest_t, -(-p_t // n)):,}-value gradient ({step / GIB:.1f} GiB, more "
+                f"{math.ceil(step / FP64):,}-value gradient ({step / GIB:.1f} GiB, more "
                 "than the flat gradient and its fp32 upcast): DeepSpeed ZeRO-1/2 take the norm "
                 "in fp64, one tensor at a time"
             )
@@ -305,15 +306,13 @@ def _state_bytes(s: Setup, t_bytes: int) -> float:
 
 
 def _zero12_step(p_t: int, largest_t: int, n: int) -> float:
-    """ZeRO-1/2's optimizer-step transient beside the static terms (stage_1_and_2.py step). First
-    the gradient norm: get_grad_norm_direct copies each gradient piece of the rank's partition to
-    fp64 (zero/utils.py get_norm_dtype), one at a time, 8 B x the largest piece; then the flat
-    bf16 gradient and its fp32 upcast, 6 B x the partition. The norm's copy is the larger where
-    one piece is over 3/4 of the partition: a trained head or embedding copy beside LoRA
-    adapters (--modules-to-save), or an embedding on many GPUs. A piece never crosses the
-    partition's edge, so it is at most the partition."""
+    """ZeRO-1/2's optimizer-step transient beside the static terms (stage_1_and_2.py step): first
+    the gradient norm's fp64 copy of one piece (``reserve.grad_norm_copy``), then the flat bf16
+    gradient and its fp32 upcast, 6 B x the partition. The norm's copy is the larger where one
+    piece is over 3/4 of the partition: a trained head or embedding copy beside LoRA adapters
+    (--modules-to-save), or an embedding on many GPUs."""
     partition = p_t / n
-    return max(6 * partition, FP64 * min(largest_t, partition))
+    return max(6 * partition, grad_norm_copy(largest_t, partition))
 
 
 def _plain_step(s: Setup, t_bytes: int, p_t: int) -> float:

@@ -95,7 +95,7 @@ def step_pages_hole(
     if s.zero.stage not in (1, 2) or not s.deepspeed or s.zero.offload != "none":
         return 0.0  # the norm is taken on the host's copy (offload); ZeRO-0/3 have no such step
     partition = -(-p_t // s.world_size)
-    norm_copy = FP64 * min(largest_t, partition)
+    norm_copy = grad_norm_copy(largest_t, partition)
     second = 0.0 if s.kernels.grad_ckpt else BF16 * partition  # see the docstring
     if largest_freed >= FP32 * partition:
         return _norm_hole(norm_copy, partition) + second
@@ -103,7 +103,15 @@ def step_pages_hole(
     return max(0.0, step + churn + second + norm - max(backward_extra, step))
 
 
-def _norm_hole(norm_copy: int, partition: int) -> float:
+def grad_norm_copy(largest_t: int, partition: float) -> float:
+    """ZeRO-1/2's gradient norm, taken before the step's flat gradient: get_grad_norm_direct
+    copies each gradient piece of the rank's partition ``.to(torch.double)``, one at a time
+    (deepspeed/runtime/zero/stage_1_and_2.py, zero/utils.py get_norm_dtype), so 8 B x the
+    largest piece; a piece never crosses the partition's edge."""
+    return FP64 * min(largest_t, partition)
+
+
+def _norm_hole(norm_copy: float, partition: int) -> float:
     """ZeRO-1/2 clip by a gradient norm taken in fp64: get_grad_norm_direct copies each gradient
     piece of the rank's partition ``.to(get_norm_dtype())``, torch.double on CUDA, one at a time
     (deepspeed/runtime/zero/stage_1_and_2.py, zero/utils.py). On the first step that 8 B copy of
