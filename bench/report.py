@@ -100,6 +100,7 @@ def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
 
     out = []
     for m in doc["rows"]:
+        call = doc["calls"][m.get("call", 0)]
         p = dict(m["params"])
         p["extra"] = tuple(p.get("extra", ()))
         row = Row(**p)
@@ -107,11 +108,13 @@ def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
             now = {"error": m["refused"]}
         elif whole_logits_run(row, m.get("ran") or {}):
             now = {"error": WHOLE_LOGITS, "superseded": "whole logits"}
-        elif per_sample_attention_run(row, m, doc["calls"][m.get("call", 0)].get("commit")):
+        elif per_sample_attention_run(row, m, call.get("commit")):
             now = {"error": PER_SAMPLE, "superseded": "per-sample attention"}
         else:
-            gpu_gib = doc["calls"][m.get("call", 0)].get("gpu_gib", H200_GIB)  # the verdict's card
-            now = estimate_row(row, work, gpu_gib, HOST_GIB, m.get("ran") or {})
+            # the verdict is against the card the row ran on
+            now = estimate_row(
+                row, work, call.get("gpu_gib", H200_GIB), HOST_GIB, m.get("ran") or {}
+            )
         # a row that failed (OOM, host RAM, refused, a crash) has no peak to judge an estimate by
         ran = not (m.get("oom") or m.get("host_killed") or m.get("host_oom") or "refused" in m
                    or m.get("rc"))  # fmt: skip
