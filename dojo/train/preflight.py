@@ -395,9 +395,11 @@ def check_data(
     from dojo.train.rows import read_rows
 
     try:
-        if flag == "--data":
-            sources.parse_all(list(data), ratios)  # weights: all or none, one ratio per source
-        sources.check_repeats([sources.parse(d, flag) for d in data], flag)
+        if flag == "--data":  # weights: all or none, one ratio per source
+            parsed = sources.parse_all(list(data), ratios)
+        else:
+            parsed = [sources.parse(d, flag) for d in data]
+        sources.check_repeats(parsed, flag)
         report = read_rows(
             list(data),
             columns=sources.parse_columns(columns),
