@@ -319,37 +319,34 @@ def test_bad_input_one_line_nothing_launched(
     assert not out.exists()
 
 
-def test_template_that_trains_on_nothing(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
-    empty = tmp_path / "empty.jinja"
-    empty.write_text("")
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        pytest.param("", lambda t: [
+            f"error: --template {t}: marks no assistant tokens for training (its rendering of a "
+            "sample conversation holds none of the 2 assistant replies)",
+            "hint: dojo trains the assistant replies it finds in the rendering: use a template "
+            "that writes each message's content, e.g. a bundled one (dojo chat-template list)",
+        ], id="trains-on-nothing"),
+        # the parse error names --template and the file as given, as chat-template's does
+        pytest.param("a\n{% for %}", lambda t: [
+            f"error: --template '{t}': does not parse: line 2: Expected an expression, "
+            "got 'end of statement block'",
+            "hint: fix the Jinja syntax at that line",
+        ], id="does-not-parse"),
+    ],
+)  # fmt: skip
+def test_template_file_refused(
+    cli, model_dir: Path, tmp_path: Path, no_launch, source: str, expected: Any
+) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text(source)
     out = tmp_path / "out"
     with _gpus(H200):
         r = cli("train", "--model", str(model_dir), "--data", "org/chats", "-o", str(out),
-                "--template", str(empty), "--dry-run")  # fmt: skip
+                "--template", str(template), "--dry-run")  # fmt: skip
     assert r.exit_code == 1
-    assert r.stderr.splitlines() == [
-        f"error: --template {empty}: marks no assistant tokens for training (its rendering of a "
-        "sample conversation holds none of the 2 assistant replies)",
-        "hint: dojo trains the assistant replies it finds in the rendering: use a template that "
-        "writes each message's content, e.g. a bundled one (dojo chat-template list)",
-    ]
-    assert not out.exists()
-
-
-def test_template_that_does_not_parse(cli, model_dir: Path, tmp_path: Path, no_launch) -> None:
-    """The parse error names --template and the file as given, as chat-template's does."""
-    bad = tmp_path / "bad.jinja"
-    bad.write_text("a\n{% for %}")
-    out = tmp_path / "out"
-    with _gpus(H200):
-        r = cli("train", "--model", str(model_dir), "--data", "org/chats", "-o", str(out),
-                "--template", str(bad), "--dry-run")  # fmt: skip
-    assert r.exit_code == 1
-    assert r.stderr.splitlines() == [
-        f"error: --template '{bad}': does not parse: line 2: Expected an expression, "
-        "got 'end of statement block'",
-        "hint: fix the Jinja syntax at that line",
-    ]
+    assert r.stderr.splitlines() == expected(template)
     assert not out.exists()
 
 
