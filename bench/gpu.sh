@@ -9,6 +9,8 @@
 #                                              ARGS go to speed.py, e.g. --only 1b-full 1b-lora
 #   bash bench/gpu.sh tests [PATH ...]         the GPU tests (pytest -m gpu), all or those under PATH
 #                                              -> $OUT/gpu-tests.log
+#   bash bench/gpu.sh pack                     everything under $OUT into $OUT/out.tgz, the rest
+#                                              removed: end a command with it (few files come back)
 #
 # Environment: LIMIT_S (the command's time limit, default 560 s; speed.py drops the rows that
 # would end later, last in the set's order first), for speed REPEATS (2), STEPS (30), WARMUP
@@ -18,6 +20,10 @@
 # DOJO_BENCH_MEMSNAP=DIR (the allocator's history of each dojo row, bench/memsnap.py).
 # BENCH_STEPDETAIL=1 (speed: a per-step record in each run, bench/steps.py).
 set -uo pipefail
+if [ "${1:-}" = pack ]; then  # before the set-up: it needs none, and runs last
+  tar czf /tmp/out.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/out.tgz "$OUT/"
+  exit
+fi
 source bench/gpu_setup.sh || exit 1
 [ -n "${DOJO_BENCH_MEMSNAP:-}" ] && export PYTHONPATH="$PWD/bench/hook:$PYTHONPATH"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -44,7 +50,7 @@ case "$plan" in
     timeout "$limit" python3 -m pytest -q -rA --runslow -m gpu "${@:-tests/}" 2>&1 \
       | tee "$OUT/gpu-tests.log" ;;
   *)
-    echo "usage: bash bench/gpu.sh memory|speed|tests [...]" >&2; exit 2 ;;
+    echo "usage: bash bench/gpu.sh memory|speed|tests|pack [...]" >&2; exit 2 ;;
 esac
 rc=$?
 (cd /tmp/dojo-bench 2>/dev/null && find . -maxdepth 1 -name '*.log' -newer "$stamp" -print0 \

@@ -369,7 +369,7 @@ def speed() -> list[str]:
         "micro-batch: the packers fill it, while the plain script, which does not pack, takes one "
         "chat of the mix a step (about 300 tokens at 0.55 s a step), so its ratio measures "
         "packing more than anything else. A call with fewer steps shows only the windows it "
-        "reached; one with one run a system (repeats 1) has no min-max. Rows not listed under a call were not run yet.",
+        "reached; one with one run a system (repeats 1) has no min-max, as has a system whose last run the call's time limit cut (dojo in call 7). Rows not listed under a call were not run yet.",
     )  # fmt: skip
     out += speed_section(
         "peer-variants", "dojo's variants on the realistic mix",

@@ -44,6 +44,7 @@ FROZEN = {
     "heldout-second-upcast": "347384dbcbdcdd25",
     "heldout-logits-reserve": "5333d2ff9bde34d9",
     "heldout-dora-modules": "fd18deaf3986defe",
+    "heldout-norm-copy": "69cb7f49e8f9cb3f",
 }
 """Each set that has run: a fingerprint of its rows and their fit/held split. A held-out claim
 rests on the rows committed before they ran, so these never change; a new set gets its line
