@@ -309,6 +309,7 @@ def test_to_dict_schema(l7) -> None:
         "gpu_gib",
         "cpu_gib",
         "load_above_training_gib",
+        "reserve_may_add_gib",
         "fits",
         "verdict",
     ]
@@ -489,6 +490,30 @@ def test_zero_1_2_step_lands_in_the_backwards_pages_only_where_a_run_is_large_en
     # the default allocator: its own rule (min(churn, step) held twice), unchanged
     default = estimate(l1, Setup.of(micro_batch=2, **kw))
     assert default.fragmentation == min(_freed_by_backward(l1, small), 6 * l1.params)
+
+
+def test_a_checkpointed_zero_1_2_step_may_map_its_upcast_anew_and_the_verdict_counts_it() -> None:
+    """Qwen2.5-3B full ZeRO-2, 4 x 2048 with checkpointing, measured on the H200: 79.5 GiB, of
+    which one fp32 upcast (11.5 GiB) beyond the case most checkpointed runs take (the total).
+    The total stays that case; the other is ``reserve_spread``, which makes an 80 GB card
+    "tight", not "fits"; without checkpointing (the larger case is in the total already), at
+    ZeRO-3 and with a small adapter partition nothing is added or noted."""
+    q3b = resolve_model("qwen2.5-3b")
+    kw = {"stage": 2, "micro_batch": 4, "seq_len": 2048, "liger": "on", "packing": True,
+          "expandable_segments": "on", "gpu_memory_gib": 79.6}  # fmt: skip
+    ckpt = estimate(q3b, Setup.of(grad_ckpt=True, **kw))
+    assert ckpt.reserve_spread == 4 * q3b.params
+    assert ckpt.gpu_total_gib < 0.95 * 79.6 < (ckpt.gpu_total + ckpt.reserve_spread) / GIB
+    assert ckpt.verdict == "tight"
+    assert ckpt.to_dict()["reserve_may_add_gib"] == round(4 * q3b.params / GIB, 3)
+    assert any("may hold up to 11.5 GiB more" in n for n in ckpt.notes)
+    on_h200 = estimate(q3b, Setup.of(grad_ckpt=True, **{**kw, "gpu_memory_gib": 140.4}))
+    assert on_h200.verdict == "fits"
+    for other in (Setup.of(**kw), Setup.of(grad_ckpt=True, **{**kw, "stage": 3}),
+                  Setup.of(grad_ckpt=True, **{**kw, "method": "lora"}),
+                  Setup.of(grad_ckpt=True, **{**kw, "expandable_segments": "off"})):  # fmt: skip
+        e = estimate(q3b, other)
+        assert e.reserve_spread < 0.5 * GIB and not any("may hold up to" in n for n in e.notes)
 
 
 def test_expandable_segments_keep_part_of_one_fp32_logits_block_without_liger() -> None:

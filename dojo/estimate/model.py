@@ -26,7 +26,13 @@ from dojo.estimate.quant import (
     quant_stats_bytes,
     quantized_notes,
 )
-from dojo.estimate.reserve import FP64, allocator_reserve, grad_norm_copy, step_pages_hole
+from dojo.estimate.reserve import (
+    FP64,
+    allocator_reserve,
+    grad_norm_copy,
+    step_pages_hole,
+    step_upcast_spread,
+)
 from dojo.estimate.result import GIB as GIB
 from dojo.estimate.result import MemoryEstimate as MemoryEstimate
 from dojo.estimate.setup import Calibration as Calibration
@@ -48,6 +54,8 @@ OPTIM_STATE_BYTES = {
 }
 BNB_PAGED_MIN_NUMEL = 100_000  # get_state_buffer: smaller tensors are not paged
 TORCH_ADAMW = ("adamw_torch", "adamw_torch_fused")
+SPREAD_NOTE_GIB = 0.5
+"""A possible reserve beyond the total (reserve.step_upcast_spread) gets a note from this size."""
 """torch.optim.AdamW: m and v made by zeros_like(param), so in the parameter's dtype (torch
 optim/adam.py _init_group); bitsandbytes' states have dtypes of their own."""
 
@@ -243,10 +251,19 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     # the backward freed; only DeepSpeed's flat transients need segments of their own.
     flat_step = step if s.deepspeed else 0.0
     reserve = allocator_reserve(s, churn, flat_step, p_t, largest_t, logits_block, bf16_logits)
+    spread = 0.0
     if s.kernels.expandable:
         backward_extra = params_work + grads_work + activations + logits + comm_current
         largest_freed = max(kept, loss_phase)
         reserve += step_pages_hole(s, p_t, largest_t, largest_freed, churn, step, backward_extra)
+        spread = step_upcast_spread(s, p_t, largest_freed)
+        if spread >= SPREAD_NOTE_GIB * GIB:
+            notes.append(
+                f"the allocator may hold up to {spread / GIB:.1f} GiB more than the total: "
+                "ZeRO-1/2's step can map its fp32 gradient partition anew each step instead "
+                "of reusing its pages (some checkpointed runs do, most do not); the verdict "
+                "counts that case"
+            )
     backward = params_work + grads_work + activations + logits + comm_current
     step_phase = step + (comm_current if z3 else 0)
     trained = params + reference + grads + optim + max(backward, step_phase) + reserve
@@ -291,6 +308,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         notes=tuple(notes),
         reference=int(reference),
         load_excess=int(max(0.0, load_excess)),
+        reserve_spread=int(spread),
     )
 
 
