@@ -203,6 +203,8 @@ def dojo_estimate(model: Path, flags: list[str], gpu_gib: float, host_gib: float
         "fits": row["fits"],
         "verdict": row["verdict"],
         "gpu_breakdown": g,
+        # the reserve some runs of these settings hold beyond the total (not in it)
+        "may_add_gib": row.get("reserve_may_add_gib", 0.0),
         "resolved": kernels_of(run),
     }
 
