@@ -870,7 +870,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "head copy at another batch; each is judged on the total (within -5% to +10%) and on "
         "whether nvidia-smi's peak stays within the total plus reserve_may_add_gib. Committed "
         "before the set runs.",
-        committed="this set's commit, before it ran",
+        committed="9cea0c3, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(F, D, "q3b", 2, "full", micro_batch=4, grad_ckpt=True, alloc=EXP),
