@@ -54,10 +54,10 @@ OPTIM_STATE_BYTES = {
 }
 BNB_PAGED_MIN_NUMEL = 100_000  # get_state_buffer: smaller tensors are not paged
 TORCH_ADAMW = ("adamw_torch", "adamw_torch_fused")
-SPREAD_NOTE_GIB = 0.5
-"""A possible reserve beyond the total (reserve.step_upcast_spread) gets a note from this size."""
 """torch.optim.AdamW: m and v made by zeros_like(param), so in the parameter's dtype (torch
 optim/adam.py _init_group); bitsandbytes' states have dtypes of their own."""
+SPREAD_NOTE_GIB = 0.5
+"""A possible reserve beyond the total (reserve.step_upcast_spread) gets a note from this size."""
 
 
 def _z3_largest_sub_group(spec: ModelSpec, s: Setup, p_t: int) -> float:
