@@ -256,7 +256,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         backward_extra = params_work + grads_work + activations + logits + comm_current
         largest_freed = max(kept, loss_phase)
         reserve += step_pages_hole(s, p_t, largest_t, largest_freed, churn, step, backward_extra)
-        spread = step_upcast_spread(s, p_t, largest_freed)
+        spread = step_upcast_spread(s, p_t)
         if spread >= SPREAD_NOTE_GIB * GIB:
             notes.append(
                 f"the allocator may hold up to {spread / GIB:.1f} GiB more than the total: "
