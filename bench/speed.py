@@ -253,8 +253,8 @@ def plan_rows(a: argparse.Namespace, work: Path) -> list[RowPlan]:
             continue
         model = write_config(case.shape, work)
         systems, skipped = systems_of(case, model)
-        if a.systems:
-            systems = [s for s in systems if s in a.systems]
+        if a.systems:  # in the order given: a round runs them so (the last is cut first)
+            systems = [s for s in a.systems if s in systems]
         comp = {s: compiles(case, s, model) for s in systems}
 
         def run(
@@ -697,7 +697,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--set", choices=sorted(SPEED_SETS), help="the set to run or plan (needed)")
     ap.add_argument("--only", nargs="*", help="rows of the set (default: all, in its order)")
-    ap.add_argument("--systems", nargs="*", help="only these systems (e.g. plain dojo)")
+    ap.add_argument(
+        "--systems",
+        nargs="*",
+        help="only these systems, each round in this order (e.g. dojo plain trl)",
+    )
     ap.add_argument("--out", help="result file (GPU runs)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=2)

@@ -116,6 +116,15 @@ def test_the_cost_model_holds_most_recorded_runs(bench: None) -> None:
     assert statistics.median(ratios) >= 0.8
 
 
+def test_systems_run_in_the_order_given(bench: None, tmp_path: Path) -> None:
+    """--systems picks the systems and orders each round (a call's time limit cuts the last
+    run first, so the system to keep goes first)."""
+    speed = importlib.import_module("speed")
+    (p,) = speed.plan_rows(_args(only=["1b-full"], systems=["dojo", "plain", "trl"]), tmp_path)
+    assert p.systems == ["dojo", "plain", "trl"]
+    assert [r.system for r in p.waves[-1]] == ["dojo", "plain", "trl"]
+
+
 def test_a_systems_first_run_of_a_row_is_cold(bench: None, tmp_path: Path) -> None:
     """The warm-up pays the cold caches; without a warm-up, each system's first round does."""
     speed = importlib.import_module("speed")
