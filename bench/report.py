@@ -257,7 +257,25 @@ def memory_set_table(
             f"| {m['row']} | {m['split']} | {m.get('call', 0)} | {shown} | {num(m.get('alloc_gib'))} "
             f"| {est} {num(then.get('gpu_gib'))} | {r['err_then'] or ''} |"
         )
-    return out + [""]
+    return out + [""] + may_add_lines(rows)
+
+
+def may_add_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The measured rows today's estimate gives a second case for (reserve_may_add_gib, 0.5 GiB
+    or more: a reserve some runs of the settings hold beyond the total), each against its peak."""
+    lines = []
+    for r in rows:
+        add = r["now"].get("may_add_gib") or 0.0
+        if add < 0.5 or r["device"] is None:
+            continue
+        most = r["now"]["gpu_gib"] + add
+        where = "within" if r["device"] <= most else "over"
+        lines.append(f"- {r['m']['row']}: the total plus {add:.2f} GiB the reserve may add is "
+                     f"{most:.2f} GiB; the device peak {r['device']:.2f} is {where} it "
+                     f"({pct(most, r['device'])})")  # fmt: skip
+    if not lines:
+        return []
+    return ["Where the estimate gives a second case (`reserve_may_add_gib`):", "", *lines, ""]
 
 
 # ------------------------------------------------------------------------------------ speed
