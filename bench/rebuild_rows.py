@@ -22,11 +22,6 @@ from unittest.mock import patch
 import memory
 import rows
 
-ORDER = ("row", "split", "call", "params", "rc", "oom", "host_killed", "neighbours", "wall_s",
-         "smi_proc_peak_gib", "alloc_gib", "reserved_gib", "alloc_total_gib", "reserved_total_gib",
-         "host_tree_rss_peak_gib", "host_rss_peak_gib", "host_pinned_peak_gib",
-         "tokens_per_s_after_step1", "ran", "estimate", "tail")  # fmt: skip
-
 
 def printed_rows(log: Path) -> list[dict[str, Any]]:
     return [json.loads(ln) for ln in log.read_text().splitlines() if ln.startswith('{"row"')]
@@ -68,8 +63,7 @@ def main() -> None:
         if any(abs(again[k] - printed["estimate"][k]) > 1e-3 for k in ("gpu_gib", "alloc_gib")):
             raise SystemExit(f"{row.label()}: the rebuilt ran gives {again['gpu_gib']} GiB, the "
                              f"run printed {printed['estimate']['gpu_gib']}")  # fmt: skip
-        rec = {**printed, "params": dataclasses.asdict(row), "ran": ran, "tail": ""}
-        out.append({k: rec[k] for k in ORDER})
+        out.append({**printed, "params": dataclasses.asdict(row), "ran": ran, "tail": ""})
     call = {"command": a.command, "commit": a.commit, "gpu_gib": a.gpu_gib,
             "host_gib": a.host_gib, "device": a.device,
             "via": "rows rebuilt from the call's printed lines by bench/rebuild_rows.py"}  # fmt: skip

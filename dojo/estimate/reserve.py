@@ -88,13 +88,14 @@ def step_pages_hole(
       fits what is left is a matter of MiB (one Qwen3-1.7B setting held 7.0 GiB beyond its
       peak in one call and 11.1 in another), so the estimate charges the larger case. With
       checkpointing the forward keeps only the layer inputs and the flat gradient gets pages of
-      its own the first step, where the partition lands: no checkpointed row held it.
+      its own the first step, where the partition lands: most checkpointed runs held none
+      (``step_upcast_spread`` gives the case some did).
 
     In the first case the holes are beside the step, not the backward: only what the step phase
     then holds above the backward's allocated peak shows in the device total."""
-    if s.zero.stage not in (1, 2) or not s.deepspeed or s.zero.offload != "none":
-        return 0.0  # the norm is taken on the host's copy (offload); ZeRO-0/3 have no such step
-    partition = -(-p_t // s.world_size)
+    partition = _gpu_step_partition(s, p_t)
+    if partition is None:
+        return 0.0
     norm_copy = grad_norm_copy(largest_t, partition)
     second = 0.0 if s.kernels.grad_ckpt else BF16 * partition  # see the docstring
     if largest_freed >= FP32 * partition:
@@ -116,11 +117,18 @@ def step_upcast_spread(s: Setup, p_t: int) -> float:
     1 x 8192, HF's loss) had freed a run larger than the upcast, so that is no guard. 0 without
     checkpointing (step_pages_hole charges the larger case there), with offload or outside
     ZeRO-1/2."""
+    partition = _gpu_step_partition(s, p_t)
+    if partition is None or not (s.kernels.expandable and s.kernels.grad_ckpt):
+        return 0.0
+    return float(FP32 * partition)
+
+
+def _gpu_step_partition(s: Setup, p_t: int) -> int | None:
+    """The rank's gradient partition where ZeRO-1/2 step it on the GPU; None at ZeRO-0/3, without
+    DeepSpeed, or with optimizer offload (the norm and step are taken on the host's copy)."""
     if s.zero.stage not in (1, 2) or not s.deepspeed or s.zero.offload != "none":
-        return 0.0
-    if not (s.kernels.expandable and s.kernels.grad_ckpt):
-        return 0.0
-    return float(FP32 * -(-p_t // s.world_size))
+        return None
+    return -(-p_t // s.world_size)
 
 
 def grad_norm_copy(largest_t: int, partition: float) -> float:

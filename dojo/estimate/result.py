@@ -116,6 +116,11 @@ class MemoryEstimate:
         return self.gpu_total / GIB
 
     @property
+    def gpu_total_with_spread(self) -> int:
+        """The device total in the case ``reserve_spread`` names (some runs of these settings)."""
+        return self.gpu_total + self.reserve_spread
+
+    @property
     def cpu_exact(self) -> int:
         """Offloaded states, bytes as requested (what DeepSpeed's estimators count)."""
         return self.cpu_params + self.cpu_gradients + self.cpu_optimizer_states + self.cpu_buffers
@@ -148,10 +153,7 @@ class MemoryEstimate:
         host = None if s.cpu_memory_gib is None else s.cpu_memory_gib * GIB
         if self.gpu_total - self.optimizer_paged > card or (host and self.cpu_total > host):
             return "does not fit"
-        near_card = (
-            self.gpu_total > (1 - TIGHT_MARGIN) * card
-            or self.gpu_total + self.reserve_spread > card
-        )
+        near_card = self.gpu_total > (1 - TIGHT_MARGIN) * card or self.gpu_total_with_spread > card
         if near_card or (host and self.cpu_total > (1 - TIGHT_MARGIN) * host):
             return "tight"
         return "fits"

@@ -134,7 +134,7 @@ def fit_check(run: Run, spec: Any, machine: Any, *, anyway: bool) -> tuple[Any, 
     runs of these settings take: est.reserve_spread): a warning. Host RAM is only
     ever a warning: MemTotal can read low on machines whose RAM grows on demand (balloon VMs)."""
     from dojo.estimate.model import estimate
-    from dojo.estimate.result import TIGHT_MARGIN
+    from dojo.estimate.result import GIB, TIGHT_MARGIN
 
     notes: list[str] = []
     gpu_mem = machine.gpu_memory_gib if machine.cuda else None
@@ -154,7 +154,7 @@ def fit_check(run: Run, spec: Any, machine: Any, *, anyway: bool) -> tuple[Any, 
         headroom = "; for headroom try " + "; ".join(_suggestions(run)[:2])
         if gpu_mem and est.gpu_total_gib <= (1 - TIGHT_MARGIN) * gpu_mem and est.reserve_spread:
             # tight only in the case some checkpointed ZeRO-1/2 runs take (estimate's note)
-            most = (est.gpu_total + est.reserve_spread) / 2**30
+            most = est.gpu_total_with_spread / GIB
             notes.append(
                 f"warning: {need}, up to {most:.1f} GiB where DeepSpeed's optimizer step maps "
                 f"its fp32 gradient anew (some checkpointed ZeRO-1/2 runs do), more than the "
