@@ -261,12 +261,15 @@ def memory_set_table(
 
 
 def may_add_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The measured rows today's estimate gives a second case for (reserve_may_add_gib, 0.5 GiB
-    or more: a reserve some runs of the settings hold beyond the total), each against its peak."""
+    """The measured rows today's estimate gives a second case for (reserve_may_add_gib, from the
+    size `dojo estimate` notes it: a reserve some runs of the settings hold beyond the total),
+    each against its peak."""
+    from dojo.estimate.model import SPREAD_NOTE_GIB
+
     lines = []
     for r in rows:
         add = r["now"].get("may_add_gib") or 0.0
-        if add < 0.5 or r["device"] is None:
+        if add < SPREAD_NOTE_GIB or r["device"] is None:
             continue
         most = r["now"]["gpu_gib"] + add
         where = "within" if r["device"] <= most else "over"
