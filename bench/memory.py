@@ -5,7 +5,7 @@
 
 A row is one `dojo train` run (system "dojo") or one run of the plain HF Trainer + DeepSpeed
 script (system "plain", bench/baseline_trainer.py): random bf16 weights of the real shape
-(bench/workload.py), 3 optimizer steps on synthetic chats (packed rows of exactly seq-len tokens,
+(bench/workload.py), 3 optimizer steps (`Row.steps`) on synthetic chats (packed rows of exactly seq-len tokens,
 or fixed-length samples: no padding either way). Measured per process, so several short rows can
 share the GPU: nvidia-smi's per-process memory summed over the row's process tree on each GPU,
 its fullest GPU's (sampled every 0.2 s), torch's peaks after step 1 from the run's own summary,
@@ -65,7 +65,6 @@ CARD_SPARE_GIB = 7.5
 estimate misses, so that one row's miss does not put its neighbours out of memory."""
 HOST_GIB = 131961788 / 2**20
 """MemTotal on the lent machine (GiB)."""
-STEPS = 3
 EXPANDABLE = "expandable_segments:True"
 
 
@@ -139,14 +138,14 @@ def command(row: Row, model: Path, data: Path, run_dir: Path, gpu: int = 0) -> l
             "--master_port", str(free_port()), str(BENCH / "baseline_trainer.py"),
             "--model", str(model), "--data", str(data), "--out", str(run_dir),
             "--seq-len", str(row.seq_len), "--micro-batch", str(row.micro_batch),
-            "--max-steps", str(STEPS), "--zero", "none" if row.stage < 0 else str(row.stage),
+            "--max-steps", str(row.steps), "--zero", "none" if row.stage < 0 else str(row.stage),
             "--method", row.method, "--offload", row.offload,
             *(["--grad-ckpt"] if row.grad_ckpt else []),
         ]  # fmt: skip
     return [
         sys.executable, "-m", "dojo", "train", "--gpus", gpus, "--model", str(model),
         "--data", str(data), "--template", "chatml", *dojo_flags(row),
-        "--max-steps", str(STEPS), "--save-steps", "0", "--no-save-model",
+        "--max-steps", str(row.steps), "--save-steps", "0", "--no-save-model",
         # rows run side by side on one GPU, and an expect_oom row is one dojo refuses
         "--output-dir", str(run_dir), "--force", "--skip-fit-check",
     ]  # fmt: skip
@@ -203,8 +202,8 @@ def dojo_estimate(model: Path, flags: list[str], gpu_gib: float, host_gib: float
         "fits": row["fits"],
         "verdict": row["verdict"],
         "gpu_breakdown": g,
-        # the reserve some runs of these settings hold beyond the total (not in it)
-        "may_add_gib": row.get("reserve_may_add_gib", 0.0),
+        # in the reserve: ZeRO-1/2's step transient mapped anew at some step of a run
+        "step_remap_gib": row.get("step_remap_gib", 0.0),
         "resolved": kernels_of(run),
     }
 

@@ -257,28 +257,28 @@ def memory_set_table(
             f"| {m['row']} | {m['split']} | {m.get('call', 0)} | {shown} | {num(m.get('alloc_gib'))} "
             f"| {est} {num(then.get('gpu_gib'))} | {r['err_then'] or ''} |"
         )
-    return out + [""] + may_add_lines(rows)
+    return out + [""] + remap_lines(rows)
 
 
-def may_add_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The measured rows today's estimate gives a second case for (reserve_may_add_gib, from the
-    size `dojo estimate` notes it: a reserve some runs of the settings hold beyond the total),
-    each against its peak."""
-    from dojo.estimate.model import SPREAD_NOTE_GIB
+def remap_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The measured rows whose estimate charges ZeRO-1/2's step remap (step_remap_gib, from the
+    size `dojo estimate` notes it), each peak against the total with and without it: a run of a
+    few steps takes the remap or not, a training run does at some step."""
+    from dojo.estimate.model import REMAP_NOTE_GIB
 
     lines = []
     for r in rows:
-        add = r["now"].get("may_add_gib") or 0.0
-        if add < SPREAD_NOTE_GIB or r["device"] is None:
+        remap = r["now"].get("step_remap_gib") or 0.0
+        if remap < REMAP_NOTE_GIB or r["device"] is None:
             continue
-        most = r["now"]["gpu_gib"] + add
-        where = "within" if r["device"] <= most else "over"
-        lines.append(f"- {r['m']['row']}: the total plus {add:.2f} GiB the reserve may add is "
-                     f"{most:.2f} GiB; the device peak {r['device']:.2f} is {where} it "
-                     f"({pct(most, r['device'])})")  # fmt: skip
+        total = r["now"]["gpu_gib"]
+        took = "took it" if r["device"] > total - remap / 2 else "did not take it in its steps"
+        lines.append(f"- {r['m']['row']}: {total:.2f} GiB, {total - remap:.2f} without the "
+                     f"{remap:.2f} GiB remap; the device peak {r['device']:.2f} {took} "
+                     f"({pct(total, r['device'])} against the total)")  # fmt: skip
     if not lines:
         return []
-    return ["Where the estimate gives a second case (`reserve_may_add_gib`):", "", *lines, ""]
+    return ["Where the estimate charges the step's remap (`step_remap_gib`):", "", *lines, ""]
 
 
 # ------------------------------------------------------------------------------------ speed
@@ -386,7 +386,12 @@ def speed() -> list[str]:
         "TRL's while its allocator holds less (reserved 10.26 against 10.53 GiB): the process's "
         "memory outside torch's allocator is 1.66 GiB against TRL's 0.75, the part a DeepSpeed "
         "run adds to the CUDA context (NCCL's communicator and DeepSpeed's kernels; TRL runs "
-        "without DeepSpeed). 1b-lora-longtail trains one sample of up to 16,384 tokens a "
+        "without DeepSpeed). On 7b-full-z3-ckpt dojo runs the row's ZeRO-3 (the fp32 master "
+        "copy: 110 GiB) against TRL's bf16 weights and states (53 GiB), so TRL's run is another "
+        "recipe at half the memory; dojo's own --zero none runs TRL's recipe (dojo's variants "
+        "below, a later call on the same machine). dojo's first run of call 8 (warm-up 4,548, "
+        "run 4,361 tokens/s) was the slowest dojo run of the row (the others 5,735-6,740 in "
+        "calls 4 and 8 and the variants' call 1); nothing in its log says why. 1b-lora-longtail trains one sample of up to 16,384 tokens a "
         "micro-batch: the packers fill it, while the plain script, which does not pack, takes one "
         "chat of the mix a step (about 300 tokens at 0.55 s a step), so its ratio measures "
         "packing more than anything else. A call with fewer steps shows only the windows it "
@@ -395,7 +400,10 @@ def speed() -> list[str]:
     out += speed_section(
         "peer-variants", "dojo's variants on the realistic mix",
         "dojo's defaults against each variant that resolves to a different run, with the plain "
-        "script in the same call for the ratio.",
+        "script in the same call for the ratio where the call ran it. On 7b-full-z3-ckpt the "
+        "row's --zero 3 is the user's choice, and --zero none trains bf16 weights and AdamW "
+        "states (no fp32 master copy: docs/train.md, runs without DeepSpeed), so it is faster at "
+        "half the memory but not the same training.",
     )  # fmt: skip
     out += speed_section(
         "fixed", "Fixed-length rows (secondary)",

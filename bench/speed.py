@@ -254,6 +254,9 @@ def plan_rows(a: argparse.Namespace, work: Path) -> list[RowPlan]:
         model = write_config(case.shape, work)
         systems, skipped = systems_of(case, model)
         if a.systems:  # in the order given: a round runs them so (the last is cut first)
+            for s in a.systems:  # the plan's "left out" says so, instead of dropping it unseen
+                if s not in systems and s not in skipped:
+                    skipped[s] = "not one of the row's systems"
             systems = [s for s in a.systems if s in systems]
         comp = {s: compiles(case, s, model) for s in systems}
 

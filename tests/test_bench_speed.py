@@ -123,6 +123,9 @@ def test_systems_run_in_the_order_given(bench: None, tmp_path: Path) -> None:
     (p,) = speed.plan_rows(_args(only=["1b-full"], systems=["dojo", "plain", "trl"]), tmp_path)
     assert p.systems == ["dojo", "plain", "trl"]
     assert [r.system for r in p.waves[-1]] == ["dojo", "plain", "trl"]
+    # a system the row does not have is left out where the plan shows it, not dropped unseen
+    (q,) = speed.plan_rows(_args(only=["1b-full"], systems=["dojo", "dojo --zero 9"]), tmp_path)
+    assert q.systems == ["dojo"] and q.skipped["dojo --zero 9"] == "not one of the row's systems"
 
 
 def test_a_systems_first_run_of_a_row_is_cold(bench: None, tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ bench/gpu.sh put bench/hook first on PYTHONPATH and set
   dojo's collators count them (a pair is its chosen and its rejected sequence, each with its
   prompt);
 - DOJO_BENCH_MEMSNAP=DIR: the CUDA allocator's memory history over steps 1-4 (or to the end of
-  a shorter run: the memory benchmark runs 3); DIR/<pid>.txt gets bench/memsnap.py's summary
-  (each growth of the reserve, who asked for it, the holes left).
+  a shorter run: most memory rows run 3); DIR/<pid>.txt gets bench/memsnap.py's summary
+  (each growth of the reserve, who asked for it, the holes left), and a longer run's reserved
+  and peak figures after each later step.
 
 Both wrap the Trainer after transformers.trainer is first imported (a meta-path finder), so
 nothing is imported early and runs without the variables are untouched.
@@ -114,7 +115,10 @@ def _memsnap():  # type: ignore[no-untyped-def]
                 self._dump()
 
         def on_train_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
-            self._dump()  # runs shorter than 4 steps (the memory benchmark runs 3)
+            if self.done:  # a longer run: the history stopped at step 4, the marks did not
+                with open(os.path.join(_MEMSNAP, f"{os.getpid()}.txt"), "a") as f:
+                    f.write("steps after the history:\n" + "\n".join(self.marks[4:]) + "\n")
+            self._dump()  # runs shorter than 4 steps (most memory rows run 3)
 
         def _dump(self) -> None:
             if self.done:

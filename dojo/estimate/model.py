@@ -31,7 +31,7 @@ from dojo.estimate.reserve import (
     allocator_reserve,
     grad_norm_copy,
     step_pages_hole,
-    step_upcast_spread,
+    step_remap,
 )
 from dojo.estimate.result import GIB as GIB
 from dojo.estimate.result import MemoryEstimate as MemoryEstimate
@@ -56,8 +56,8 @@ BNB_PAGED_MIN_NUMEL = 100_000  # get_state_buffer: smaller tensors are not paged
 TORCH_ADAMW = ("adamw_torch", "adamw_torch_fused")
 """torch.optim.AdamW: m and v made by zeros_like(param), so in the parameter's dtype (torch
 optim/adam.py _init_group); bitsandbytes' states have dtypes of their own."""
-SPREAD_NOTE_GIB = 0.5
-"""A possible reserve beyond the total (reserve.step_upcast_spread) gets a note from this size."""
+REMAP_NOTE_GIB = 0.5
+"""The reserve ZeRO-1/2's step maps anew (reserve.step_remap) gets a note from this size."""
 
 
 def _z3_largest_sub_group(spec: ModelSpec, s: Setup, p_t: int) -> float:
@@ -251,18 +251,19 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     # the backward freed; only DeepSpeed's flat transients need segments of their own.
     flat_step = step if s.deepspeed else 0.0
     reserve = allocator_reserve(s, churn, flat_step, p_t, largest_t, logits_block, bf16_logits)
-    spread = 0.0
+    remap = 0.0
     if s.kernels.expandable:
         backward_extra = params_work + grads_work + activations + logits + comm_current
         largest_freed = max(kept, loss_phase)
         reserve += step_pages_hole(s, p_t, largest_t, largest_freed, churn, step, backward_extra)
-        spread = step_upcast_spread(s, p_t)
-        if spread >= SPREAD_NOTE_GIB * GIB:
+        remap = step_remap(s, p_t, largest_t)
+        reserve += remap
+        if remap >= REMAP_NOTE_GIB * GIB:
             notes.append(
-                f"the allocator may hold up to {spread / GIB:.1f} GiB more than the total: "
-                "ZeRO-1/2's step can map its fp32 gradient partition anew each step instead "
-                "of reusing its pages (some checkpointed runs do, most do not); the verdict "
-                "counts that case"
+                f"the reserve holds {remap / GIB:.1f} GiB for ZeRO-1/2's optimizer step mapping its "
+                "largest transient anew (the fp32 gradient, or the fp64 norm copy of a trained "
+                "embedding or head): a run does at some step and keeps it, so a run of a few "
+                "steps can peak that much lower"
             )
     backward = params_work + grads_work + activations + logits + comm_current
     step_phase = step + (comm_current if z3 else 0)
@@ -308,7 +309,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         notes=tuple(notes),
         reference=int(reference),
         load_excess=int(max(0.0, load_excess)),
-        reserve_spread=int(spread),
+        step_remap=int(remap),
     )
 
 

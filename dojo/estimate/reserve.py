@@ -88,8 +88,8 @@ def step_pages_hole(
       fits what is left is a matter of MiB (one Qwen3-1.7B setting held 7.0 GiB beyond its
       peak in one call and 11.1 in another), so the estimate charges the larger case. With
       checkpointing the forward keeps only the layer inputs and the flat gradient gets pages of
-      its own the first step, where the partition lands: most checkpointed runs held none
-      (``step_upcast_spread`` gives the case some did).
+      its own the first step, where the partition lands (``step_remap`` is what a later step
+      adds).
 
     In the first case the holes are beside the step, not the backward: only what the step phase
     then holds above the backward's allocated peak shows in the device total."""
@@ -104,23 +104,27 @@ def step_pages_hole(
     return max(0.0, step + churn + second + norm - max(backward_extra, step))
 
 
-def step_upcast_spread(s: Setup, p_t: int) -> float:
-    """What ZeRO-1/2's step may hold beyond ``step_pages_hole`` with checkpointing under
-    expandable segments: one fp32 upcast of the gradient partition (4 B x partition) mapped anew
-    instead of into the pages it had the step before. Whether the upcast finds its old pages is
-    a matter of MiB (what the next backward's gradient partition and the loss blocks took of
-    them), not something the sizes decide: of nine checkpointed full fine-tuning runs measured
-    on the H200, three held one upcast more beyond their allocated peak (Qwen2.5-0.5B at 1 x 8192
-    and 2 x 8192, Qwen2.5-3B at 4 x 2048: +2.0, +2.1 and +9.9 GiB), the same models at other
-    batches did not. The estimate's total charges the case most runs took; this is the other,
-    which the verdict counts as "tight" where it would cross the card. One of the three (0.5B at
-    1 x 8192, HF's loss) had freed a run larger than the upcast, so that is no guard. 0 without
-    checkpointing (step_pages_hole charges the larger case there), with offload or outside
-    ZeRO-1/2."""
+def step_remap(s: Setup, p_t: int, largest_t: int) -> float:
+    """What ZeRO-1/2's step holds beyond ``step_pages_hole`` with checkpointing under expandable
+    segments: its largest transient mapped anew at some step instead of into the pages it had the
+    step before: the fp32 upcast of the gradient partition (4 B x partition), or the gradient
+    norm's fp64 copy where a trained embedding or head makes that the larger
+    (``grad_norm_copy``). Between two steps the next backward's bf16 gradient partition (made at
+    its first bucket reduction, stage_1_and_2.py copy_grads_in_partition) is placed by best fit:
+    where the loss blocks and recomputed activations took part of its old pages, it lands in the
+    pages the step freed, and the step's transient no longer fits there. Which step that happens
+    at turns on MiB (each packed batch splits into samples differently), so a run of a few steps
+    may not show it; a training run takes it at some step, and keeps the pages (allocator
+    histories on the H200, bench/results/memsnap/heldout-step-upcast: Qwen2.5-3B full 4 x 2048
+    maps its 11.5 GiB upcast anew at step 2, Qwen2.5-3B ZeRO-1 2 x 4096 at step 3, Llama-3.2-3B
+    LoRA with an embedding copy its 2.9 GiB norm copy at step 2). Of 15 checkpointed full
+    fine-tuning runs of 3 steps, 7 held it; the estimate charges it, as ``step_pages_hole``
+    charges the larger case without checkpointing. 0 without checkpointing (that docstring), with
+    offload or outside ZeRO-1/2."""
     partition = _gpu_step_partition(s, p_t)
     if partition is None or not (s.kernels.expandable and s.kernels.grad_ckpt):
         return 0.0
-    return float(FP32 * partition)
+    return max(float(FP32 * partition), grad_norm_copy(largest_t, partition))
 
 
 def _gpu_step_partition(s: Setup, p_t: int) -> int | None:

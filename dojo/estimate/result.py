@@ -63,10 +63,9 @@ class MemoryEstimate:
     load_excess: int = 0
     """How far QLoRA's load peaks above the training phase (quant.kbit_load_peak), already in
     ``fragmentation`` (the reserve column); 0 where training is the peak."""
-    reserve_spread: int = 0
-    """What the allocator may hold beyond ``fragmentation`` in a case some runs of these
-    settings take and most do not (reserve.step_upcast_spread); not in the total. The verdict
-    says "tight" where the total with it would cross the card."""
+    step_remap: int = 0
+    """ZeRO-1/2's step transient mapped anew at some step (reserve.step_remap), already in
+    ``fragmentation``: what a run of a few steps may peak below the total."""
 
     @property
     def comm(self) -> int:
@@ -116,11 +115,6 @@ class MemoryEstimate:
         return self.gpu_total / GIB
 
     @property
-    def gpu_total_with_spread(self) -> int:
-        """The device total in the case ``reserve_spread`` names (some runs of these settings)."""
-        return self.gpu_total + self.reserve_spread
-
-    @property
     def cpu_exact(self) -> int:
         """Offloaded states, bytes as requested (what DeepSpeed's estimators count)."""
         return self.cpu_params + self.cpu_gradients + self.cpu_optimizer_states + self.cpu_buffers
@@ -144,8 +138,7 @@ class MemoryEstimate:
         """ "fits", "tight" or "does not fit" (GPU, and host RAM when its size is given); None
         when no GPU size is known. Tight: within TIGHT_MARGIN of the card (a run at 98% of it
         also runs several times slower: the allocator frees its cache and retries), or over it
-        only by optimizer states bitsandbytes pages out to the host, or where the reserve some
-        runs of these settings hold (``reserve_spread``) would take it over the card."""
+        only by optimizer states bitsandbytes pages out to the host."""
         s = self.setup
         if s.gpu_memory_gib is None:
             return None
@@ -153,7 +146,7 @@ class MemoryEstimate:
         host = None if s.cpu_memory_gib is None else s.cpu_memory_gib * GIB
         if self.gpu_total - self.optimizer_paged > card or (host and self.cpu_total > host):
             return "does not fit"
-        near_card = self.gpu_total > (1 - TIGHT_MARGIN) * card or self.gpu_total_with_spread > card
+        near_card = self.gpu_total > (1 - TIGHT_MARGIN) * card
         if near_card or (host and self.cpu_total > (1 - TIGHT_MARGIN) * host):
             return "tight"
         return "fits"
@@ -202,8 +195,8 @@ class MemoryEstimate:
             "cpu_gib": {k: round(v / GIB, 3) for k, v in self.cpu_columns().items()},
             # already in gpu_gib's allocator_reserve: where QLoRA's load peaks above training
             "load_above_training_gib": round(self.load_excess / GIB, 3),
-            # not in gpu_gib's total: the reserve some runs of these settings hold beyond it
-            "reserve_may_add_gib": round(self.reserve_spread / GIB, 3),
+            # already in gpu_gib's allocator_reserve: ZeRO-1/2's step transient mapped anew
+            "step_remap_gib": round(self.step_remap / GIB, 3),
             "fits": self.fits,
             "verdict": self.verdict,
         }

@@ -130,11 +130,9 @@ def stage_advice(run: Run) -> list[str]:
 def fit_check(run: Run, spec: Any, machine: Any, *, anyway: bool) -> tuple[Any, list[str]]:
     """dojo estimate for this exact run. "does not fit": the table and a stop (unless
     --skip-fit-check: ``anyway``);
-    "tight" (within 5% of the card, where the allocator thrashes, or over it in the case some
-    runs of these settings take: est.reserve_spread): a warning. Host RAM is only
+    "tight" (within 5% of the card, where the allocator thrashes): a warning. Host RAM is only
     ever a warning: MemTotal can read low on machines whose RAM grows on demand (balloon VMs)."""
     from dojo.estimate.model import estimate
-    from dojo.estimate.result import GIB, TIGHT_MARGIN
 
     notes: list[str] = []
     gpu_mem = machine.gpu_memory_gib if machine.cuda else None
@@ -151,20 +149,11 @@ def fit_check(run: Run, spec: Any, machine: Any, *, anyway: bool) -> tuple[Any, 
             raise LaunchError(msg, hint=hint)
         notes.append(f"warning: {msg}; launching anyway ({SKIP_FIT})")
     elif est.verdict == "tight":
-        headroom = "; for headroom try " + "; ".join(_suggestions(run)[:2])
-        if gpu_mem and est.gpu_total_gib <= (1 - TIGHT_MARGIN) * gpu_mem and est.reserve_spread:
-            # tight only in the case some checkpointed ZeRO-1/2 runs take (estimate's note)
-            most = est.gpu_total_with_spread / GIB
-            notes.append(
-                f"warning: {need}, up to {most:.1f} GiB where DeepSpeed's optimizer step maps "
-                f"its fp32 gradient anew (some checkpointed ZeRO-1/2 runs do), more than the "
-                f"GPUs' {gpu_mem:.1f} GiB" + headroom
-            )
-        else:
-            notes.append(
-                f"warning: {need}, within 5% of the GPUs' {gpu_mem:.1f} GiB: near the limit the "
-                "allocator frees and retries (several times slower) or runs out" + headroom
-            )
+        notes.append(
+            f"warning: {need}, within 5% of the GPUs' {gpu_mem:.1f} GiB: near the limit the "
+            "allocator frees and retries (several times slower) or runs out; for headroom try "
+            + "; ".join(_suggestions(run)[:2])
+        )
     if host_mem is not None and est.cpu_total_gib > host_mem:
         notes.append(
             f"warning: this run needs about {est.cpu_total_gib:.1f} GiB of host RAM (offloaded "
@@ -224,6 +213,14 @@ def _suggestions(run: Run, *, host: bool = False) -> list[str]:
         out.append("--grad-ckpt")
     if run.loop.micro_batch > 1:
         out.append(f"--micro-batch {max(1, run.loop.micro_batch // 2)}")
+    if (
+        run.model.method == "full"
+        and run.zero.deepspeed
+        and run.zero.offload == "none"
+        and run.world_size == 1
+        and run.kernels.precision == "bf16"
+    ):  # what a plain Trainer script (and TRL's SFTTrainer) runs on one GPU: see stage_advice
+        out.append("--zero none (bf16 weights and AdamW states, 8 B a parameter instead of 16)")
     if run.model.method == "full":
         out.append("--method lora")
     return out
