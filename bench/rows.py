@@ -898,7 +898,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "ZeRO-1 full run and a tied-embedding copy beside LoRA adapters never measured. Each is "
         "judged on the total (within -5% to +10%); with DOJO_BENCH_MEMSNAP the history says at "
         "which step the reserve grew. Committed before the set runs.",
-        committed="(this commit), before the set ran",
+        committed="6a512f7, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(H, D, "q15", 2, "full", micro_batch=2, seq_len=4096, grad_ckpt=True, packing=False, alloc=EXP, steps=30),
