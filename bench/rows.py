@@ -975,7 +975,10 @@ SPEED_SETS: dict[str, dict[str, Case]] = {
         "1b-lora": Case("l1b", "lora", 2, 4, 2048, False, "mix", _PEER),
         "1b-qlora": Case("l1b", "qlora", 2, 4, 2048, False, "mix", _PEER),
         "8b-lora-ckpt": Case("l8b", "lora", 2, 4, 2048, True, "mix", _PEER),
-        "7b-full-z3-ckpt": Case("l7b", "full", 3, 2, 2048, True, "mix", _PEER_FULL),
+        # with dojo's run of TRL's one-GPU recipe (bf16 weights and states, no DeepSpeed)
+        "7b-full-z3-ckpt": Case(
+            "l7b", "full", 3, 2, 2048, True, "mix", (*_PEER_FULL, "dojo --zero none")
+        ),
         "8b-qlora-ckpt": Case("l8b", "qlora", 2, 4, 2048, True, "mix", _PEER),
         # a few 8k-16k samples among short ones; the plain script trains one sample a step
         "1b-lora-longtail": Case("l1b", "lora", 2, 1, 16384, True, "longtail", _PEER),
