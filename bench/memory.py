@@ -6,9 +6,9 @@
 A row is one `dojo train` run (system "dojo") or one run of the plain HF Trainer + DeepSpeed
 script (system "plain", bench/baseline_trainer.py): random bf16 weights of the real shape
 (bench/workload.py), 3 optimizer steps (or `Row.steps`) on synthetic chats (packed rows of
-exactly seq-len tokens, or fixed-length samples: no padding either way). Measured per process, so several short rows can
-share the GPU: nvidia-smi's per-process memory summed over the row's process tree on each GPU,
-its fullest GPU's (sampled every 0.2 s), torch's peaks after step 1 from the run's own summary,
+exactly seq-len tokens, or fixed-length samples: no padding either way). Measured per process, so
+several short rows can share the GPU: nvidia-smi's per-process memory summed over the row's
+process tree on each GPU, its fullest GPU's (sampled every 0.2 s), torch's peaks after step 1 from the run's own summary,
 host RSS of the tree. A row on several GPUs (Row.gpus) runs alone on GPUs 0..gpus-1, and is
 refused on a machine with fewer.
 

@@ -391,11 +391,14 @@ def speed() -> list[str]:
         "recipe at half the memory; dojo's own --zero none runs TRL's recipe (dojo's variants "
         "below, a later call on the same machine). dojo's first run of call 8 (warm-up 4,548, "
         "run 4,361 tokens/s) was the slowest dojo run of the row (the others 5,735-6,740 in "
-        "calls 4 and 8 and the variants' call 1); nothing in its log says why. 1b-lora-longtail trains one sample of up to 16,384 tokens a "
+        "calls 4 and 8 and the variants' call 1); nothing in its log says why. "
+        "1b-lora-longtail trains one sample of up to 16,384 tokens a "
         "micro-batch: the packers fill it, while the plain script, which does not pack, takes one "
         "chat of the mix a step (about 300 tokens at 0.55 s a step), so its ratio measures "
         "packing more than anything else. A call with fewer steps shows only the windows it "
-        "reached; one with one run a system (repeats 1) has no min-max, as has a system whose last run the call's time limit cut (dojo in call 7). Rows not listed under a call were not run yet.",
+        "reached; one with one run a system (repeats 1) has no min-max, as has a system whose "
+        "last run the call's time limit cut (dojo in call 7). Rows not listed under a call were "
+        "not run yet.",
     )  # fmt: skip
     out += speed_section(
         "peer-variants", "dojo's variants on the realistic mix",

@@ -116,9 +116,13 @@ def _memsnap():  # type: ignore[no-untyped-def]
 
         def on_train_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
             if self.done:  # a longer run: the history stopped at step 4, the marks did not
-                with open(os.path.join(_MEMSNAP, f"{os.getpid()}.txt"), "a") as f:
+                with open(self._path(), "a") as f:
                     f.write("steps after the history:\n" + "\n".join(self.marks[4:]) + "\n")
             self._dump()  # runs shorter than 4 steps (most memory rows run 3)
+
+        @staticmethod
+        def _path() -> str:
+            return os.path.join(_MEMSNAP, f"{os.getpid()}.txt")
 
         def _dump(self) -> None:
             if self.done:
@@ -127,7 +131,7 @@ def _memsnap():  # type: ignore[no-untyped-def]
             snap = torch.cuda.memory._snapshot()
             torch.cuda.memory._record_memory_history(enabled=None)
             os.makedirs(_MEMSNAP, exist_ok=True)
-            with open(os.path.join(_MEMSNAP, f"{os.getpid()}.txt"), "w") as f:
+            with open(self._path(), "w") as f:
                 f.write(summarize(snap, self.marks))
 
     return MemSnap()

@@ -120,9 +120,10 @@ def step_remap(s: Setup, p_t: int, largest_t: int) -> float:
     LoRA with an embedding copy its 2.9 GiB norm copy at step 2). Of 15 checkpointed full
     fine-tuning runs of 3 steps, 7 held it; the estimate charges it, as ``step_pages_hole``
     charges the larger case without checkpointing. 0 without checkpointing (that docstring), with
-    offload or outside ZeRO-1/2."""
+    offload or outside ZeRO-1/2; the caller adds it under expandable segments only, as it does
+    ``step_pages_hole``."""
     partition = _gpu_step_partition(s, p_t)
-    if partition is None or not (s.kernels.expandable and s.kernels.grad_ckpt):
+    if partition is None or not s.kernels.grad_ckpt:
         return 0.0
     return max(float(FP32 * partition), grad_norm_copy(largest_t, partition))
 
