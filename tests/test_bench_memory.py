@@ -46,6 +46,7 @@ FROZEN = {
     "heldout-dora-modules": "fd18deaf3986defe",
     "heldout-norm-copy": "69cb7f49e8f9cb3f",
     "heldout-step-upcast": "f313eeb89717c3c0",
+    "heldout-step-remap": "22fa6d844e6ec86b",
 }
 """Each set that has run: a fingerprint of its rows and their fit/held split. A held-out claim
 rests on the rows committed before they ran, so these never change; a new set gets its line
