@@ -261,9 +261,9 @@ def memory_set_table(
 
 
 def remap_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The measured rows whose estimate charges ZeRO-1/2's step remap (step_remap_gib, from the
-    size `dojo estimate` notes it), each peak against the total with and without it: a run of a
-    few steps takes the remap or not, a training run does at some step."""
+    """The measured rows where ZeRO-1/2's step may map its largest transient anew
+    (step_remap_gib, from the size `dojo estimate` notes it), each peak against the total and
+    the total with that case: some runs take it by step 3, most never do."""
     from dojo.estimate.model import REMAP_NOTE_GIB
 
     lines = []
@@ -272,13 +272,14 @@ def remap_lines(rows: list[dict[str, Any]]) -> list[str]:
         if remap < REMAP_NOTE_GIB or r["device"] is None:
             continue
         total = r["now"]["gpu_gib"]
-        took = "took it" if r["device"] > total - remap / 2 else "did not take it in its steps"
-        lines.append(f"- {r['m']['row']}: {total:.2f} GiB, {total - remap:.2f} without the "
+        took = "took it" if r["device"] > total + remap / 2 else "did not take it"
+        lines.append(f"- {r['m']['row']}: {total:.2f} GiB, {total + remap:.2f} with the "
                      f"{remap:.2f} GiB remap; the device peak {r['device']:.2f} {took} "
                      f"({pct(total, r['device'])} against the total)")  # fmt: skip
     if not lines:
         return []
-    return ["Where the estimate charges the step's remap (`step_remap_gib`):", "", *lines, ""]
+    return ["Where the step may map its largest transient anew (`step_remap_gib`, not in the "
+            "total):", "", *lines, ""]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------ speed

@@ -898,7 +898,9 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "30 steps each: eight settings whose 3-step runs did not take it (now 10-20% over), a "
         "ZeRO-1 full run and a tied-embedding copy beside LoRA adapters never measured. Each is "
         "judged on the total (within -5% to +10%); with DOJO_BENCH_MEMSNAP the history says at "
-        "which step the reserve grew. Committed before the set runs.",
+        "which step the reserve grew. Committed before the set runs. (After its eight H100 rows "
+        "ran, none of which took the remap in 30 steps, the total no longer charges it: "
+        "step_remap_gib is what the verdict adds, as reserve_may_add_gib was before.)",
         committed="6a512f7, before the set ran",
         was="bench/rows.py",
         rows=(

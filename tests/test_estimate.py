@@ -430,7 +430,8 @@ def test_zero_1_2_keep_the_first_steps_fp64_norm_copy_reserved() -> None:
     """An H200 allocator history (Gemma-2-2B full ZeRO-2): a hole of 8 B x the largest
     gradient piece, which the step's larger flat buffers never reuse; with checkpointing the
     backward's freed pages are too small for the step's blocks too, and stay beside them. (The
-    step's remap at a later step, ``step_remap``, comes on top with checkpointing: its own test.)"""
+    step's remap at a later step, ``step_remap``, may come on top with checkpointing: its own
+    test.)"""
     g2 = resolve_model("gemma-2-2b")
     kw = {"micro_batch": 1, "grad_ckpt": True, "liger": "on", "expandable_segments": "on"}
     hole = 8 * g2.embedding_params  # 256000 x 2304 values
@@ -438,7 +439,7 @@ def test_zero_1_2_keep_the_first_steps_fp64_norm_copy_reserved() -> None:
         s = Setup.of(stage=stage, **kw)
         e = estimate(g2, s)
         assert e.step_remap == 4 * g2.params
-        assert e.fragmentation - e.step_remap == hole + _freed_by_backward(g2, s)
+        assert e.fragmentation == hole + _freed_by_backward(g2, s)
     # Across GPUs each rank copies the pieces of its own partition: Llama-3.1-8B on 2 keeps the
     # embedding's; Gemma-2-2B on 8 (a partition smaller than its embedding) leaves a piece whose
     # fp64 copy outsizes the flat gradient, which then lands in its hole (and its partition's
@@ -446,11 +447,11 @@ def test_zero_1_2_keep_the_first_steps_fp64_norm_copy_reserved() -> None:
     l8 = resolve_model("llama-3.1-8b")
     s = Setup.of(stage=2, gpus_per_node=2, **kw)
     e = estimate(l8, s)
-    assert e.fragmentation - e.step_remap == 8 * l8.embedding_params + _freed_by_backward(l8, s)
+    assert e.fragmentation == 8 * l8.embedding_params + _freed_by_backward(l8, s)
     s = Setup.of(stage=2, gpus_per_node=8, **kw)
     assert activation_phases(g2, s)[1] >= 4 * g2.params / 8
     e = estimate(g2, s)
-    assert e.fragmentation == e.step_remap == 8 * -(-g2.params // 8)  # the norm copy, remapped
+    assert e.fragmentation == 0 and e.step_remap == 8 * -(-g2.params // 8)  # the norm copy
     for other in ({"stage": 3}, {"stage": 0}):
         assert estimate(g2, Setup.of(**{**kw, **other})).fragmentation == 0, other
     # With optimizer offload there is no step hole, but the gradients freed while their copies
@@ -465,7 +466,7 @@ def test_zero_1_2_keep_the_first_steps_fp64_norm_copy_reserved() -> None:
     assert 8 * q05.embedding_params > 2 * q05.params
     s = Setup.of(stage=2, **kw)
     e = estimate(q05, s)
-    assert e.fragmentation - e.step_remap == _freed_by_backward(q05, s)
+    assert e.fragmentation == _freed_by_backward(q05, s)
 
 
 def test_zero_1_2_step_lands_in_the_backwards_pages_only_where_a_run_is_large_enough() -> None:
@@ -490,7 +491,7 @@ def test_zero_1_2_step_lands_in_the_backwards_pages_only_where_a_run_is_large_en
     ckpt = Setup.of(micro_batch=2, expandable_segments="on", grad_ckpt=True, **kw)
     assert activation_phases(l1, ckpt)[0] < norm_copy  # the norm copy's own hole, no upcast
     e = estimate(l1, ckpt)
-    assert e.fragmentation - e.step_remap == _freed_by_backward(l1, ckpt) + norm_copy
+    assert e.fragmentation == _freed_by_backward(l1, ckpt) + norm_copy
     big = Setup.of(micro_batch=4, expandable_segments="on", **kw)
     assert activation_phases(l1, big)[0] >= 4 * l1.params
     assert estimate(l1, big).fragmentation == norm_copy + 2 * l1.params
@@ -499,26 +500,25 @@ def test_zero_1_2_step_lands_in_the_backwards_pages_only_where_a_run_is_large_en
     assert default.fragmentation == min(_freed_by_backward(l1, small), 6 * l1.params)
 
 
-def test_a_checkpointed_zero_1_2_step_maps_its_largest_transient_anew_in_the_total() -> None:
+def test_a_checkpointed_zero_1_2_step_may_map_its_largest_transient_anew() -> None:
     """Qwen2.5-3B full ZeRO-2, 4 x 2048 with checkpointing, measured on the H200: 79.5 GiB, one
-    fp32 upcast (11.5 GiB) beyond what the step's pages alone explain, mapped anew at step 2. The
-    total charges it (the reserve column, and ``step_remap`` says how much), so an 80 GB card is
-    "does not fit", not "fits"; with a trained embedding copy beside LoRA adapters the fp64 norm
-    copy of the embedding is the larger transient and is what is charged. Without
-    checkpointing, at ZeRO-3, without expandable segments and with a small adapter partition
-    nothing is charged or noted."""
+    fp32 upcast (11.5 GiB) beyond what the step's pages alone explain, mapped anew at step 2;
+    other checkpointed runs never do in 30 steps. The total charges the case most runs take and
+    ``step_remap`` says what the other adds: not in the total, but the verdict on an 80 GB card is
+    "tight", not "fits". With a trained embedding copy beside LoRA adapters the fp64 norm copy of
+    the embedding is the larger transient. Without checkpointing, at ZeRO-3, without expandable
+    segments and with a small adapter partition nothing is given or noted."""
     q3b = resolve_model("qwen2.5-3b")
     kw = {"stage": 2, "micro_batch": 4, "seq_len": 2048, "liger": "on", "packing": True,
           "expandable_segments": "on", "gpu_memory_gib": 79.6}  # fmt: skip
     ckpt = estimate(q3b, Setup.of(grad_ckpt=True, **kw))
     assert ckpt.step_remap == 4 * q3b.params
-    without = dataclasses.replace(ckpt, fragmentation=ckpt.fragmentation - ckpt.step_remap)
-    assert without.gpu_total_gib < 0.95 * 79.6 < 79.6 < ckpt.gpu_total_gib
-    assert ckpt.verdict == "does not fit"
+    assert ckpt.gpu_total_gib < 0.95 * 79.6 < 79.6 < ckpt.gpu_total_with_remap / GIB
+    assert ckpt.verdict == "tight"
     assert ckpt.to_dict()["step_remap_gib"] == round(4 * q3b.params / GIB, 3)
-    assert ckpt.to_dict()["gpu_gib"]["allocator_reserve"] >= round(4 * q3b.params / GIB, 3)
-    assert any("holds 11.5 GiB for ZeRO-1/2's optimizer step" in n for n in ckpt.notes)
-    assert estimate(q3b, Setup.of(grad_ckpt=True, **{**kw, "gpu_memory_gib": 140.4})).fits
+    assert any("may hold up to 11.5 GiB more than the total" in n for n in ckpt.notes)
+    big_card = {**kw, "gpu_memory_gib": 140.4}
+    assert estimate(q3b, Setup.of(grad_ckpt=True, **big_card)).verdict == "fits"
 
     l3b = resolve_model("llama-3.2-3b")
     embed = l3b.vocab_size * l3b.hidden_size
@@ -530,7 +530,7 @@ def test_a_checkpointed_zero_1_2_step_maps_its_largest_transient_anew_in_the_tot
                   Setup.of(grad_ckpt=True, **{**kw, "method": "lora"}),
                   Setup.of(grad_ckpt=True, **{**kw, "expandable_segments": "off"})):  # fmt: skip
         e = estimate(q3b, other)
-        assert e.step_remap < 0.5 * GIB and not any("optimizer step mapping" in n for n in e.notes)
+        assert e.step_remap < 0.5 * GIB and not any("optimizer step can map" in n for n in e.notes)
 
 
 def test_expandable_segments_keep_part_of_one_fp32_logits_block_without_liger() -> None:

@@ -57,7 +57,8 @@ TORCH_ADAMW = ("adamw_torch", "adamw_torch_fused")
 """torch.optim.AdamW: m and v made by zeros_like(param), so in the parameter's dtype (torch
 optim/adam.py _init_group); bitsandbytes' states have dtypes of their own."""
 REMAP_NOTE_GIB = 0.5
-"""The reserve ZeRO-1/2's step maps anew (reserve.step_remap) gets a note from this size."""
+"""What ZeRO-1/2's step may map anew beyond the total (reserve.step_remap) gets a note from this
+size."""
 
 
 def _z3_largest_sub_group(spec: ModelSpec, s: Setup, p_t: int) -> float:
@@ -256,14 +257,14 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         backward_extra = params_work + grads_work + activations + logits + comm_current
         largest_freed = max(kept, loss_phase)
         reserve += step_pages_hole(s, p_t, largest_t, largest_freed, churn, step, backward_extra)
-        remap = step_remap(s, p_t, largest_t)
-        reserve += remap
+        remap = step_remap(s, p_t, largest_t)  # not in the total: the verdict counts it
         if remap >= REMAP_NOTE_GIB * GIB:
             notes.append(
-                f"the reserve holds {remap / GIB:.1f} GiB for ZeRO-1/2's optimizer step mapping its "
-                "largest transient anew (the fp32 gradient, or the fp64 norm copy of a trained "
-                "embedding or head): a run does at some step and keeps it, so a run of a few "
-                "steps can peak that much lower"
+                f"the allocator may hold up to {remap / GIB:.1f} GiB more than the total: "
+                "ZeRO-1/2's optimizer step can map its largest transient (the fp32 gradient, or "
+                "the fp64 norm copy of a trained embedding or head) anew at step 2 or 3 instead "
+                "of reusing its pages (some checkpointed runs do by step 3 and keep it, most never "
+                "do); the verdict counts that case"
             )
     backward = params_work + grads_work + activations + logits + comm_current
     step_phase = step + (comm_current if z3 else 0)

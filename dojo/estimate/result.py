@@ -64,8 +64,9 @@ class MemoryEstimate:
     """How far QLoRA's load peaks above the training phase (quant.kbit_load_peak), already in
     ``fragmentation`` (the reserve column); 0 where training is the peak."""
     step_remap: int = 0
-    """ZeRO-1/2's step transient mapped anew at some step (reserve.step_remap), already in
-    ``fragmentation``: what a run of a few steps may peak below the total."""
+    """What the allocator may hold beyond the total where ZeRO-1/2's step maps its largest
+    transient anew (reserve.step_remap: some checkpointed runs do, most do not); not in the
+    total. The verdict says "tight" where the total with it would cross the card."""
 
     @property
     def comm(self) -> int:
@@ -115,6 +116,11 @@ class MemoryEstimate:
         return self.gpu_total / GIB
 
     @property
+    def gpu_total_with_remap(self) -> int:
+        """The device total in the case ``step_remap`` names (some runs of these settings)."""
+        return self.gpu_total + self.step_remap
+
+    @property
     def cpu_exact(self) -> int:
         """Offloaded states, bytes as requested (what DeepSpeed's estimators count)."""
         return self.cpu_params + self.cpu_gradients + self.cpu_optimizer_states + self.cpu_buffers
@@ -137,8 +143,9 @@ class MemoryEstimate:
     def verdict(self) -> str | None:
         """ "fits", "tight" or "does not fit" (GPU, and host RAM when its size is given); None
         when no GPU size is known. Tight: within TIGHT_MARGIN of the card (a run at 98% of it
-        also runs several times slower: the allocator frees its cache and retries), or over it
-        only by optimizer states bitsandbytes pages out to the host."""
+        also runs several times slower: the allocator frees its cache and retries), over it
+        only by optimizer states bitsandbytes pages out to the host, or over it in the case some
+        runs of these settings take (``step_remap``)."""
         s = self.setup
         if s.gpu_memory_gib is None:
             return None
@@ -146,7 +153,7 @@ class MemoryEstimate:
         host = None if s.cpu_memory_gib is None else s.cpu_memory_gib * GIB
         if self.gpu_total - self.optimizer_paged > card or (host and self.cpu_total > host):
             return "does not fit"
-        near_card = self.gpu_total > (1 - TIGHT_MARGIN) * card
+        near_card = self.gpu_total > (1 - TIGHT_MARGIN) * card or self.gpu_total_with_remap > card
         if near_card or (host and self.cpu_total > (1 - TIGHT_MARGIN) * host):
             return "tight"
         return "fits"
@@ -195,7 +202,7 @@ class MemoryEstimate:
             "cpu_gib": {k: round(v / GIB, 3) for k, v in self.cpu_columns().items()},
             # already in gpu_gib's allocator_reserve: where QLoRA's load peaks above training
             "load_above_training_gib": round(self.load_excess / GIB, 3),
-            # already in gpu_gib's allocator_reserve: ZeRO-1/2's step transient mapped anew
+            # not in gpu_gib's total: what ZeRO-1/2's step may map anew beyond it (some runs)
             "step_remap_gib": round(self.step_remap / GIB, 3),
             "fits": self.fits,
             "verdict": self.verdict,

@@ -130,9 +130,11 @@ def stage_advice(run: Run) -> list[str]:
 def fit_check(run: Run, spec: Any, machine: Any, *, anyway: bool) -> tuple[Any, list[str]]:
     """dojo estimate for this exact run. "does not fit": the table and a stop (unless
     --skip-fit-check: ``anyway``);
-    "tight" (within 5% of the card, where the allocator thrashes): a warning. Host RAM is only
-    ever a warning: MemTotal can read low on machines whose RAM grows on demand (balloon VMs)."""
+    "tight" (within 5% of the card, where the allocator thrashes, or over it in the case some
+    runs of these settings take: est.step_remap): a warning. Host RAM is only ever a warning:
+    MemTotal can read low on machines whose RAM grows on demand (balloon VMs)."""
     from dojo.estimate.model import estimate
+    from dojo.estimate.result import GIB, TIGHT_MARGIN
 
     notes: list[str] = []
     gpu_mem = machine.gpu_memory_gib if machine.cuda else None
@@ -149,11 +151,20 @@ def fit_check(run: Run, spec: Any, machine: Any, *, anyway: bool) -> tuple[Any, 
             raise LaunchError(msg, hint=hint)
         notes.append(f"warning: {msg}; launching anyway ({SKIP_FIT})")
     elif est.verdict == "tight":
-        notes.append(
-            f"warning: {need}, within 5% of the GPUs' {gpu_mem:.1f} GiB: near the limit the "
-            "allocator frees and retries (several times slower) or runs out; for headroom try "
-            + "; ".join(_suggestions(run)[:2])
-        )
+        headroom = "; for headroom try " + "; ".join(_suggestions(run)[:2])
+        if gpu_mem and est.gpu_total_gib <= (1 - TIGHT_MARGIN) * gpu_mem and est.step_remap:
+            # tight only in the case some checkpointed ZeRO-1/2 runs take (estimate's note)
+            most = est.gpu_total_with_remap / GIB
+            notes.append(
+                f"warning: {need}, up to {most:.1f} GiB where DeepSpeed's optimizer step maps "
+                f"its largest transient anew (some checkpointed ZeRO-1/2 runs do), more than the "
+                f"GPUs' {gpu_mem:.1f} GiB" + headroom
+            )
+        else:
+            notes.append(
+                f"warning: {need}, within 5% of the GPUs' {gpu_mem:.1f} GiB: near the limit the "
+                "allocator frees and retries (several times slower) or runs out" + headroom
+            )
     if host_mem is not None and est.cpu_total_gib > host_mem:
         notes.append(
             f"warning: this run needs about {est.cpu_total_gib:.1f} GiB of host RAM (offloaded "

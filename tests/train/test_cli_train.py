@@ -630,6 +630,27 @@ def test_verdict_refuses_does_not_fit_and_warns_on_tight() -> None:
     assert any("launching anyway (--skip-fit-check)" in n for n in notes)
 
 
+def test_tight_only_by_the_step_remap_says_so() -> None:
+    """A checkpointed full ZeRO-2 run whose total fits with room, but whose step may map its fp32
+    upcast anew (estimate.step_remap) beyond the card: the warning gives that case's size, not
+    "within 5%"."""
+    import dataclasses
+
+    from dojo.modelspec import resolve_model
+    from dojo.train import driver
+    from tests.helpers.runs import CUDA, run_of
+
+    spec = resolve_model("qwen2.5-3b")
+    card = dataclasses.replace(CUDA, gpu_memory_gib=79.6, liger=True)  # Liger's fused loss
+    run = run_of(card, spec, micro_batch=4, seq_len=2048, grad_ckpt=True, packing=True)
+    est, notes = driver.fit_check(run, spec, card, anyway=False)
+    assert est.verdict == "tight" and est.gpu_total_gib < 0.95 * 79.6
+    (warning,) = notes
+    most = (est.gpu_total + est.step_remap) / 2**30
+    assert f"up to {most:.1f} GiB" in warning and "more than the GPUs' 79.6 GiB" in warning
+    assert "within 5%" not in warning
+
+
 def test_a_full_run_that_does_not_fit_one_gpu_is_offered_bf16_states() -> None:
     """Full fine-tuning on one GPU: --zero none keeps bf16 weights and AdamW states (8 B a
     parameter, what a plain Trainer script runs) is among the fixes; not for LoRA, nor where
