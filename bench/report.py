@@ -389,8 +389,11 @@ def speed() -> list[str]:
         "run adds to the CUDA context (NCCL's communicator and DeepSpeed's kernels; TRL runs "
         "without DeepSpeed). On 7b-full-z3-ckpt dojo runs the row's ZeRO-3 (the fp32 master "
         "copy: 110 GiB) against TRL's bf16 weights and states (53 GiB), so TRL's run is another "
-        "recipe at half the memory; dojo's own --zero none runs TRL's recipe (dojo's variants "
-        "below, a later call on the same machine). dojo's first run of call 8 (warm-up 4,548, "
+        "recipe at half the memory; dojo's own --zero none runs TRL's recipe: beside TRL in "
+        "call 9 on an H100 (where the row's ZeRO-3 runs, 110 GiB, do not fit, so the plain "
+        "script is not in that call) at 1.29x TRL's tokens/s and 0.6 GiB more. Its MFU there, "
+        "37% (49% counting the recompute checkpointing adds); 1.5x TRL would take 43% (57%). "
+        "dojo's first run of call 8 (warm-up 4,548, "
         "run 4,361 tokens/s) was the slowest dojo run of the row (the others 5,735-6,740 in "
         "calls 4 and 8 and the variants' call 1); nothing in its log says why. "
         "1b-lora-longtail trains one sample of up to 16,384 tokens a "
@@ -412,7 +415,9 @@ def speed() -> list[str]:
     out += speed_section(
         "fixed", "Fixed-length rows (secondary)",
         "Every sample longer than seq-len (truncated): no padding for any system, one sample per "
-        "row. The older speed tables' cases T1-T5 and T7.",
+        "row. The older speed tables' cases T1-T5 and T7 (calls 0-5: the plain script and dojo "
+        "only). From call 6 on TRL runs beside them as in the peer set, without DeepSpeed on one "
+        "GPU; its full fine-tuning keeps bf16 weights and states there, as on the mix.",
     )  # fmt: skip
     out += speed_section(
         "preference", "DPO against TRL's own script",
