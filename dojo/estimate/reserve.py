@@ -118,10 +118,10 @@ def step_remap(s: Setup, p_t: int, largest_t: int) -> float:
     heldout-step-upcast, heldout-step-remap) show it at step 2 or 3: Qwen2.5-3B full 4 x 2048
     maps its 11.5 GiB upcast anew at step 2, Llama-3.2-3B LoRA with an embedding copy its 2.9 GiB
     norm copy at step 2. Whether the first step finds that tail is a matter of MiB, not of sizes
-    the settings give: Qwen2.5-1.5B full took it at 4 x 2048 and not at 2 x 4096. Of 32
-    checkpointed runs measured, 12 took it (the same settings twice each time alike), and 8 runs
-    of 30 steps that had not by step 3 never did; so the total charges the case most runs take,
-    and the verdict counts this one ("tight" where it would cross the card). 0 without
+    the settings give: Qwen2.5-1.5B full took it at 4 x 2048 packed and not at 2 x 4096 unpacked.
+    Of 32 checkpointed runs measured, 12 took it (a setting run twice did the same both times);
+    8 runs of 30 steps that had not by step 3 never did; so the total charges the case most runs
+    take, and the verdict counts this one ("tight" where it would cross the card). 0 without
     checkpointing (``step_pages_hole`` charges the larger case there), with offload or outside
     ZeRO-1/2; the caller takes it under expandable segments only, as it does ``step_pages_hole``."""
     partition = _gpu_step_partition(s, p_t)
