@@ -1,7 +1,10 @@
 """A rank whose environment lacks dojo train's expandable-segments setting (another node of a
 multi-node run: DeepSpeed's launcher does not export PYTORCH_*) sets it itself; a rank that has
-it, or whose user said otherwise, is left alone."""
+it, or whose user said otherwise, is left alone. Library chatter each rank would repeat is
+quietened, unless DOJO_DEBUG=1."""
 
+import logging
+import warnings
 from unittest.mock import patch
 
 import pytest
@@ -31,3 +34,20 @@ def test_the_worker_sets_expandable_segments_only_where_nothing_says(
     assert setter.call_count == calls
     if calls:
         setter.assert_called_with("expandable_segments:True")
+
+
+@pytest.mark.parametrize("debug", ["", "1"])
+def test_liger_backend_warnings_are_quiet_unless_debugging(
+    debug: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Liger's optional backends (CuTe DSL, Ascend) warn once per op and rank that they could
+    not be imported on a GPU without them; the run is the same without them."""
+    monkeypatch.setenv("DOJO_DEBUG", debug)
+    liger = logging.getLogger(worker.LIGER_BACKENDS)
+    monkeypatch.setattr(liger, "level", logging.NOTSET)
+    with warnings.catch_warnings():
+        warnings.resetwarnings()  # only what quiet_libraries adds
+        worker.quiet_libraries()
+        ignored = any(f[0] == "ignore" and f[2] is FutureWarning for f in warnings.filters)
+    assert (liger.getEffectiveLevel() >= logging.ERROR) is (debug == "")
+    assert ignored is (debug == "")

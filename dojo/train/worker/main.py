@@ -11,6 +11,7 @@ own loop, DDP across ranks), saves, and writes ``dojo_summary.json``.
 
 import argparse
 import json
+import logging
 import os
 import socket
 import time
@@ -252,17 +253,31 @@ def _record_rank_state(job: Job) -> int:
     return rank
 
 
+LIGER_BACKENDS = "liger_kernel.backends.registry"
+"""The logger of Liger's optional kernel backends (CuTe DSL, Ascend): on a GPU without one it
+warns, once per op and rank, that the backend could not be imported, and Liger runs its Triton
+kernels as it would anyway."""
+
+
+def quiet_libraries() -> None:
+    """Library chatter that would repeat once per rank and asks nothing of the user: deprecation
+    notices (gradient_checkpointing naming, all_gather_into_tensor), the "Loading weights" /
+    "Writing model shards" bars, Liger's optional backends. DOJO_DEBUG=1 keeps the notices and
+    Liger's lines."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    if os.environ.get("DOJO_DEBUG", "") not in ("", "0"):
+        return
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    logging.getLogger(LIGER_BACKENDS).setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="dojo.train.worker")
     ap.add_argument("--config", required=True, help=f"run_dir/{RUN_FILE} written by `dojo train`")
     args, _ = ap.parse_known_args(argv)  # the launcher adds --local_rank=N (LOCAL_RANK env too)
-    # Library deprecation notices (gradient_checkpointing naming, all_gather_into_tensor) are for
-    # dojo's developers, not its users; they would repeat once per rank.
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    from transformers.utils import logging as hf_logging
-
-    # "Loading weights" / "Writing model shards" bars would repeat once per rank.
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    quiet_libraries()
     job = load_job(args.config)
     if job.run.kernels.expandable and job.run.device == "cuda":
         expandable_segments()
