@@ -331,8 +331,9 @@ def _zero12_step(p_t: int, largest_t: int, n: int) -> float:
     gradient and its fp32 upcast, 6 B x the partition. The norm's copy is the larger where one
     piece is over 3/4 of the partition: a trained head or embedding copy beside LoRA adapters
     (--modules-to-save), or an embedding on many GPUs."""
-    partition = p_t / n
-    return max(6 * partition, grad_norm_copy(largest_t, partition))
+    # DeepSpeed pads the flat groups to split evenly (reserve._gpu_step_partition rounds alike)
+    partition = -(-p_t // n)
+    return float(max(6 * partition, grad_norm_copy(largest_t, partition)))
 
 
 def _plain_step(s: Setup, t_bytes: int, p_t: int) -> float:
