@@ -391,7 +391,7 @@ def speed() -> list[str]:
         "copy: 110 GiB) against TRL's bf16 weights and states (53 GiB), so TRL's run is another "
         "recipe at half the memory; dojo's own --zero none runs TRL's recipe: beside TRL in "
         "call 9 on an H100 (where the row's ZeRO-3 runs, 110 GiB, do not fit, so the plain "
-        "script is not in that call) at 1.29x TRL's tokens/s and 0.6 GiB more. Its MFU there, "
+        "script is not in that call) at 1.29x TRL's tokens/s and 0.6 GiB more. Its MFU there is "
         "37% (49% counting the recompute checkpointing adds); 1.5x TRL would take 43% (57%). "
         "dojo's first run of call 8 (warm-up 4,548, "
         "run 4,361 tokens/s) was the slowest dojo run of the row (the others 5,735-6,740 in "
