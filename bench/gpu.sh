@@ -17,7 +17,9 @@
 # (warm-up steps of each system before the rounds, 3; 0 = no warm-up) and GPUS (the GPU ids to
 # use, default all; with more than one, a round's systems run at once on several GPUs: --spread),
 # for memory MEM_ARGS (more bench/memory.py options, e.g. "--parallel 4"),
-# DOJO_BENCH_MEMSNAP=DIR (the allocator's history of each dojo row, bench/memsnap.py).
+# DOJO_BENCH_MEMSNAP=DIR (the allocator's history of each dojo row, bench/memsnap.py),
+# BENCH_KEEP_GRAD_PARTITION=FILE (an experiment: DeepSpeed keeps its gradient partition between
+# steps, bench/hook/sitecustomize.py).
 # BENCH_STEPDETAIL=1 (speed: a per-step record in each run, bench/steps.py).
 set -uo pipefail
 if [ "${1:-}" = pack ]; then  # before the set-up: it needs none, and runs last
@@ -25,7 +27,7 @@ if [ "${1:-}" = pack ]; then  # before the set-up: it needs none, and runs last
   exit
 fi
 source bench/gpu_setup.sh || exit 1
-[ -n "${DOJO_BENCH_MEMSNAP:-}" ] && export PYTHONPATH="$PWD/bench/hook:$PYTHONPATH"
+[ -n "${DOJO_BENCH_MEMSNAP:-}${BENCH_KEEP_GRAD_PARTITION:-}" ] && export PYTHONPATH="$PWD/bench/hook:$PYTHONPATH"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers, deepspeed, peft; print(torch.__version__, transformers.__version__, deepspeed.__version__, peft.__version__)"
 limit=${LIMIT_S:-560}

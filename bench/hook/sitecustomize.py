@@ -11,9 +11,15 @@ bench/gpu.sh put bench/hook first on PYTHONPATH and set
 - DOJO_BENCH_MEMSNAP=DIR: the CUDA allocator's memory history over steps 1-4 (or to the end of
   a shorter run: most memory rows run 3); DIR/<pid>.txt gets bench/memsnap.py's summary
   (each growth of the reserve, who asked for it, the holes left), and a longer run's reserved
-  and peak figures after each later step.
+  and peak figures after each later step;
+- BENCH_KEEP_GRAD_PARTITION=FILE: an experiment on ZeRO-1/2's step remap (dojo's
+  reserve.step_remap): DeepSpeed frees its bf16 gradient partition (``grads_in_partition``)
+  after every step and makes it anew in the next backward, where best fit can put it in the
+  pages the step freed; here the optimizer keeps it after the step's last micro-batch
+  (copy_grads_in_partition fills it again from offset 0), and FILE gets a line with its
+  data_ptr at each such release.
 
-Both wrap the Trainer after transformers.trainer is first imported (a meta-path finder), so
+The first three wrap the Trainer after transformers.trainer is first imported (a meta-path finder), so
 nothing is imported early and runs without the variables are untouched.
 """
 
@@ -26,6 +32,7 @@ import sys
 _STEPLOG = os.environ.get("BENCH_STEPLOG")
 _MEMSNAP = os.environ.get("DOJO_BENCH_MEMSNAP")
 _COUNT = os.environ.get("BENCH_COUNT_TOKENS") == "1"
+_KEEP = os.environ.get("BENCH_KEEP_GRAD_PARTITION")
 _TOKENS = "bench_real_tokens"  # the count's key in a batch, popped before the model sees it
 _BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
@@ -146,8 +153,31 @@ def _patch_trainer(mod):  # type: ignore[no-untyped-def]
         _add_callback(mod, _memsnap)
 
 
+def _keep_grad_partition(mod):  # type: ignore[no-untyped-def]
+    cls = mod.DeepSpeedZeroOptimizer
+    release = cls._release_ipg_buffers
+
+    def _release_ipg_buffers(self):  # type: ignore[no-untyped-def]
+        kept = getattr(self, "grads_in_partition", None)  # absent at the optimizer's init
+        release(self)  # clears the buckets and the offset, and drops the partition
+        # Only at the step's last micro-batch: before it, the accumulated gradients are views of
+        # this partition, which the next micro-batch's copy would overwrite.
+        if (
+            kept is not None
+            and self.contiguous_gradients
+            and self.is_gradient_accumulation_boundary()
+        ):
+            self.grads_in_partition = kept
+            with open(_KEEP, "a") as f:
+                f.write(f"{kept.data_ptr()}\n")
+
+    cls._release_ipg_buffers = _release_ipg_buffers
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     hooks = {"transformers.trainer": _patch_trainer}
+    if _KEEP:
+        hooks["deepspeed.runtime.zero.stage_1_and_2"] = _keep_grad_partition
 
     def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
         if name not in self.hooks:
@@ -166,5 +196,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if _STEPLOG or _MEMSNAP or _COUNT:
+if _STEPLOG or _MEMSNAP or _COUNT or _KEEP:
     sys.meta_path.insert(0, _Finder())
