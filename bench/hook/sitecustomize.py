@@ -19,8 +19,9 @@ bench/gpu.sh put bench/hook first on PYTHONPATH and set
   (copy_grads_in_partition fills it again from offset 0), and FILE gets a line with its
   data_ptr at each such release.
 
-The first three wrap the Trainer after transformers.trainer is first imported (a meta-path finder), so
-nothing is imported early and runs without the variables are untouched.
+The first three wrap the Trainer after transformers.trainer is first imported, the last
+DeepSpeed's ZeRO-1/2 optimizer after its module is (a meta-path finder), so nothing is imported
+early and runs without the variables are untouched.
 """
 
 import importlib.abc
