@@ -29,6 +29,7 @@ from dojo.estimate.quant import (
 from dojo.estimate.reserve import (
     FP64,
     allocator_reserve,
+    gpu_step_partition,
     grad_norm_copy,
     step_pages_hole,
     step_remap,
@@ -187,7 +188,9 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     elif s.zero.stage == 0:
         step = FP32 * p_t  # FP16_UnfusedOptimizer: an fp32 copy of every param's grad
     elif s.zero.stage in (1, 2):
-        step = _zero12_step(p_t, largest_t, n)
+        partition = gpu_step_partition(s, p_t)
+        assert partition is not None  # ZeRO-1/2 under DeepSpeed, no optimizer offload
+        step = _zero12_step(partition, largest_t)
         if step > 6 * p_t / n:
             notes.append(
                 f"the optimizer step's largest block is the gradient norm's fp64 copy of one "
@@ -325,14 +328,12 @@ def _state_bytes(s: Setup, t_bytes: int) -> float:
     return OPTIM_STATE_BYTES[optim]
 
 
-def _zero12_step(p_t: int, largest_t: int, n: int) -> float:
+def _zero12_step(partition: int, largest_t: int) -> float:
     """ZeRO-1/2's optimizer-step transient beside the static terms (stage_1_and_2.py step): first
     the gradient norm's fp64 copy of one piece (``reserve.grad_norm_copy``), then the flat bf16
     gradient and its fp32 upcast, 6 B x the partition. The norm's copy is the larger where one
     piece is over 3/4 of the partition: a trained head or embedding copy beside LoRA adapters
     (--modules-to-save), or an embedding on many GPUs."""
-    # DeepSpeed pads the flat groups to split evenly (reserve._gpu_step_partition rounds alike)
-    partition = -(-p_t // n)
     return float(max(6 * partition, grad_norm_copy(largest_t, partition)))
 
 

@@ -93,7 +93,7 @@ def step_pages_hole(
 
     In the first case the holes are beside the step, not the backward: only what the step phase
     then holds above the backward's allocated peak shows in the device total."""
-    partition = _gpu_step_partition(s, p_t)
+    partition = gpu_step_partition(s, p_t)
     if partition is None:
         return 0.0
     norm_copy = grad_norm_copy(largest_t, partition)
@@ -124,15 +124,16 @@ def step_remap(s: Setup, p_t: int, largest_t: int) -> float:
     take, and the verdict counts this one ("tight" where it would cross the card). 0 without
     checkpointing (``step_pages_hole`` charges the larger case there), with offload or outside
     ZeRO-1/2; the caller takes it under expandable segments only, as it does ``step_pages_hole``."""
-    partition = _gpu_step_partition(s, p_t)
+    partition = gpu_step_partition(s, p_t)
     if partition is None or not s.kernels.grad_ckpt:
         return 0.0
     return max(float(FP32 * partition), grad_norm_copy(largest_t, partition))
 
 
-def _gpu_step_partition(s: Setup, p_t: int) -> int | None:
-    """The rank's gradient partition where ZeRO-1/2 step it on the GPU; None at ZeRO-0/3, without
-    DeepSpeed, or with optimizer offload (the norm and step are taken on the host's copy)."""
+def gpu_step_partition(s: Setup, p_t: int) -> int | None:
+    """The rank's gradient partition where ZeRO-1/2 step it on the GPU, rounded up (DeepSpeed
+    pads the flat groups to split evenly); None at ZeRO-0/3, without DeepSpeed, or with optimizer
+    offload (the norm and step are taken on the host's copy)."""
     if s.zero.stage not in (1, 2) or not s.deepspeed or s.zero.offload != "none":
         return None
     return -(-p_t // s.world_size)
