@@ -8,8 +8,8 @@ script (system "plain", bench/baseline_trainer.py): random bf16 weights of the r
 (bench/workload.py), 3 optimizer steps (or `Row.steps`) on synthetic chats (packed rows of
 exactly seq-len tokens, or fixed-length samples: no padding either way). Measured per process, so
 several short rows can share the GPU: nvidia-smi's per-process memory summed over the row's
-process tree on each GPU, its fullest GPU's (sampled every 0.2 s), torch's peaks after step 1 from the run's own summary,
-host RSS of the tree. A row on several GPUs (Row.gpus) runs alone on GPUs 0..gpus-1, and is
+process tree on each GPU, its fullest GPU's (sampled every 0.2 s), torch's peaks after step 1
+from the run's own summary, host RSS of the tree. A row on several GPUs (Row.gpus) runs alone on GPUs 0..gpus-1, and is
 refused on a machine with fewer.
 
 The estimate of a dojo row is `dojo estimate` with the same setting flags the row passes to
@@ -202,7 +202,7 @@ def dojo_estimate(model: Path, flags: list[str], gpu_gib: float, host_gib: float
         "fits": row["fits"],
         "verdict": row["verdict"],
         "gpu_breakdown": g,
-        # in the reserve: ZeRO-1/2's step transient mapped anew at some step of a run
+        # not in gpu_gib: what ZeRO-1/2's step may map anew beyond it (some runs do)
         "step_remap_gib": row.get("step_remap_gib", 0.0),
         "resolved": kernels_of(run),
     }

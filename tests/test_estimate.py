@@ -514,11 +514,12 @@ def test_a_checkpointed_zero_1_2_step_may_map_its_largest_transient_anew() -> No
     ckpt = estimate(q3b, Setup.of(grad_ckpt=True, **kw))
     assert ckpt.step_remap == 4 * q3b.params
     assert ckpt.gpu_total_gib < 0.95 * 79.6 < 79.6 < ckpt.gpu_total_with_remap / GIB
-    assert ckpt.verdict == "tight"
+    assert ckpt.verdict == "tight" and ckpt.tight_by_remap
     assert ckpt.to_dict()["step_remap_gib"] == round(4 * q3b.params / GIB, 3)
     assert any("may hold up to 11.5 GiB more than the total" in n for n in ckpt.notes)
     big_card = {**kw, "gpu_memory_gib": 140.4}
-    assert estimate(q3b, Setup.of(grad_ckpt=True, **big_card)).verdict == "fits"
+    roomy = estimate(q3b, Setup.of(grad_ckpt=True, **big_card))
+    assert roomy.verdict == "fits" and not roomy.tight_by_remap
 
     l3b = resolve_model("llama-3.2-3b")
     embed = l3b.vocab_size * l3b.hidden_size

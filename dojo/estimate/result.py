@@ -121,6 +121,16 @@ class MemoryEstimate:
         return self.gpu_total + self.step_remap
 
     @property
+    def tight_by_remap(self) -> bool:
+        """The verdict is "tight" only because the ``step_remap`` case crosses the card: the
+        total itself is below TIGHT_MARGIN of it."""
+        gib = self.setup.gpu_memory_gib
+        if gib is None:
+            return False
+        card = gib * GIB
+        return self.gpu_total <= (1 - TIGHT_MARGIN) * card < card < self.gpu_total_with_remap
+
+    @property
     def cpu_exact(self) -> int:
         """Offloaded states, bytes as requested (what DeepSpeed's estimators count)."""
         return self.cpu_params + self.cpu_gradients + self.cpu_optimizer_states + self.cpu_buffers

@@ -134,7 +134,7 @@ def fit_check(run: Run, spec: Any, machine: Any, *, anyway: bool) -> tuple[Any, 
     runs of these settings take: est.step_remap): a warning. Host RAM is only ever a warning:
     MemTotal can read low on machines whose RAM grows on demand (balloon VMs)."""
     from dojo.estimate.model import estimate
-    from dojo.estimate.result import GIB, TIGHT_MARGIN
+    from dojo.estimate.result import GIB
 
     notes: list[str] = []
     gpu_mem = machine.gpu_memory_gib if machine.cuda else None
@@ -152,8 +152,7 @@ def fit_check(run: Run, spec: Any, machine: Any, *, anyway: bool) -> tuple[Any, 
         notes.append(f"warning: {msg}; launching anyway ({SKIP_FIT})")
     elif est.verdict == "tight":
         headroom = "; for headroom try " + "; ".join(_suggestions(run)[:2])
-        if gpu_mem and est.gpu_total_gib <= (1 - TIGHT_MARGIN) * gpu_mem and est.step_remap:
-            # tight only in the case some checkpointed ZeRO-1/2 runs take (estimate's note)
+        if est.tight_by_remap:  # the case some checkpointed ZeRO-1/2 runs take (its note)
             most = est.gpu_total_with_remap / GIB
             notes.append(
                 f"warning: {need}, up to {most:.1f} GiB where DeepSpeed's optimizer step maps "
