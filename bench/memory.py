@@ -427,6 +427,8 @@ def finish(r: Running, log: str, work: Path, gpu_gib: float, host_gib: float) ->
         ran["attn"] = estimate_row(row, work, gpu_gib, host_gib).get("resolved", {}).get("attn")
         if row.objective != "sft":  # every preference objective: TRL's fused LM head
             ran["lm_head"] = "chunked"
+        if summary.get("kept_grad_partition"):  # dojo.train.worker.zero_grads
+            ran["grad_partition"] = "kept"
     return {
         "row": row.label(),
         "split": row.split,

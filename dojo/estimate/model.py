@@ -31,6 +31,7 @@ from dojo.estimate.reserve import (
     allocator_reserve,
     gpu_step_partition,
     grad_norm_copy,
+    keeps_grad_partition,
     step_pages_hole,
     step_remap,
 )
@@ -226,6 +227,8 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     if s.zero.level < 3 and s.zero.offload == "none" and not accumulating:
         # DDP's buckets (no DeepSpeed) are built with the model, before the first backward.
         not_yet = grads + (comm_current if s.deepspeed else 0)
+        if keeps_grad_partition(s.run):  # held from the step before (dojo.train.worker.zero_grads)
+            not_yet -= min(grads, BF16 * (gpu_step_partition(s, p_t) or 0))
     later = _grads_after_layer_peak(spec, s, grads, kept)
     activations, logits = split_peak(kept, loss_phase, layer_phase - later, loss_term, not_yet)
     if later:

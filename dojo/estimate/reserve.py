@@ -2,6 +2,7 @@
 allocated (docs/estimate.md#allocator-reserve)."""
 
 from dojo.estimate.setup import Setup
+from dojo.run.run import Run
 
 BF16 = 2
 FP32 = 4
@@ -123,11 +124,34 @@ def step_remap(s: Setup, p_t: int, largest_t: int) -> float:
     8 runs of 30 steps that had not by step 3 never did; so the total charges the case most runs
     take, and the verdict counts this one ("tight" where it would cross the card). 0 without
     checkpointing (``step_pages_hole`` charges the larger case there), with offload or outside
-    ZeRO-1/2; the caller takes it under expandable segments only, as it does ``step_pages_hole``."""
+    ZeRO-1/2; the caller takes it under expandable segments only, as it does ``step_pages_hole``.
+    0 where dojo's worker keeps the gradient partition (``keeps_grad_partition``): the next
+    backward's partition is then the one the step before read, and the step finds its own pages
+    again (allocator histories on an H100, bench/results/memsnap/keep-grad: the two rows above held
+    35.7 and 68.0 GiB at their 36.7 and 69.6 GiB totals)."""
     partition = gpu_step_partition(s, p_t)
-    if partition is None or not s.kernels.grad_ckpt:
+    if partition is None or not s.kernels.grad_ckpt or keeps_grad_partition(s.run):
         return 0.0
     return max(float(FP32 * partition), grad_norm_copy(largest_t, partition))
+
+
+def keeps_grad_partition(run: Run) -> bool:
+    """Where dojo's worker keeps ZeRO-1/2's bf16 gradient partition from one step to the next
+    (dojo.train.worker.zero_grads): checkpointed runs under expandable segments whose optimizer
+    steps on the GPU, the runs whose step could otherwise map its largest transient anew at step 2
+    or 3 (``step_remap``). The partition is then held from the second forward on, through the
+    loss, where DeepSpeed had not made it yet. Not at ZeRO-2 with gradient accumulation: there
+    every micro-batch's backward makes a partition of its own, and the kept one serves only the
+    first."""
+    return (
+        run.zero.stage in (1, 2)
+        and run.zero.deepspeed
+        and run.zero.offload == "none"
+        and run.kernels.grad_ckpt
+        and run.kernels.expandable
+        and run.device == "cuda"
+        and (run.zero.stage == 1 or run.loop.grad_accum == 1)
+    )
 
 
 def gpu_step_partition(s: Setup, p_t: int) -> int | None:

@@ -25,6 +25,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Traine
 from transformers.trainer_callback import PrinterCallback
 
 from dojo.errors import DojoError
+from dojo.estimate.reserve import keeps_grad_partition
 from dojo.paths import RUN_FILE
 from dojo.run.machine import conf_expandable
 from dojo.run.run import Run
@@ -57,6 +58,7 @@ from dojo.train.worker.model import (
     safetensors,
 )
 from dojo.train.worker.trainer import DojoTrainer
+from dojo.train.worker.zero_grads import KeepGradPartition
 
 INIT_DIR = "init-weights"
 """Seeded random weights for a model folder without weights (the bundled tiny model)."""
@@ -204,6 +206,12 @@ def write_summary(
         "world_size": run.world_size,
         "zero": run.zero.stage,
         "method": run.model.method,
+        # ZeRO-1/2's gradient partition kept between steps (dojo.train.worker.zero_grads)
+        "kept_grad_partition": any(
+            getattr(c, "kept", False)
+            for c in trainer.callback_handler.callbacks
+            if isinstance(c, KeepGradPartition)
+        ),
         "model_dir": job.run_dir if run.output.save_model else None,
         **measured,
         "resumed_from": job.resume_from,
@@ -369,6 +377,8 @@ def train(job: Job) -> int:
             callbacks=callbacks,
         )
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; Progress replaces it
+    if keeps_grad_partition(run):
+        trainer.add_callback(KeepGradPartition(trainer))
     trainer.train(resume_from_checkpoint=job.resume_from)
     if run.loop.keep_best == "on" and trainer.state.best_model_checkpoint:
         print0(f"best checkpoint (lowest eval loss): {trainer.state.best_model_checkpoint}")
