@@ -204,6 +204,7 @@ def dojo_estimate(model: Path, flags: list[str], gpu_gib: float, host_gib: float
         "gpu_breakdown": g,
         # not in gpu_gib: what ZeRO-1/2's step may map anew beyond it (some runs do)
         "step_remap_gib": row.get("step_remap_gib", 0.0),
+        "keeps_grad_partition": row.get("keeps_grad_partition", False),
         "resolved": kernels_of(run),
     }
 

@@ -58,7 +58,11 @@ refuses (e.g. SDPA for Gemma-2, which older transformers ran by dropping the sof
 "now" estimate; nor does an ORPO or SimPO row run before dojo scored them through TRL's fused LM
 head ("whole logits": that run made the batch's whole logits, which dojo's runs no longer do), or a
 QLoRA row without DeepSpeed run while sdpa_varlen sent its fp32 query through a per-sample loop
-("per-sample attention": today's run takes FlashAttention).
+("per-sample attention": today's run takes FlashAttention). Since dojo keeps ZeRO-1/2's gradient
+partition between steps (checkpointed full fine-tuning with the fused loss), a run made before
+that is judged as it ran unless the same row ran again with the partition kept ("run again,
+partition kept"); a run that kept it where dojo does not ("partition kept": LoRA beside a trained
+embedding or head, HF's unfused loss) shows what keeping it did there.
 Right: an OOM run estimated "does not fit", a finished one "fits" or "tight"."""
 
 
@@ -99,6 +103,7 @@ def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
     from memory import H200_GIB, HOST_GIB, estimate_row, verdict_right
 
     out = []
+    kept_again = {m["row"] for m in doc["rows"] if _kept(m)}
     for m in doc["rows"]:
         call = doc["calls"][m.get("call", 0)]
         p = dict(m["params"])
@@ -115,6 +120,12 @@ def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
             now = estimate_row(
                 row, work, call.get("gpu_gib", H200_GIB), HOST_GIB, m.get("ran") or {}
             )
+            if "error" in now:
+                pass
+            elif _kept(m) and not now.get("keeps_grad_partition"):
+                now = {"error": KEPT_OUTSIDE, "superseded": "partition kept"}
+            elif not _kept(m) and now.get("keeps_grad_partition") and m["row"] in kept_again:
+                now = {"error": RUN_KEPT, "superseded": "run again, partition kept"}
         # a row that failed (OOM, host RAM, refused, a crash) has no peak to judge an estimate by
         ran = not (m.get("oom") or m.get("host_killed") or m.get("host_oom") or "refused" in m
                    or m.get("rc"))  # fmt: skip
@@ -131,6 +142,22 @@ def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
             "err_then": pct(then.get("gpu_gib"), device) if ran else None,
         })  # fmt: skip
     return out
+
+
+KEPT_OUTSIDE = (
+    "ran with ZeRO-1/2's gradient partition kept between steps, which dojo does for checkpointed "
+    "full fine-tuning with the fused loss only (dojo.estimate.reserve.keeps_grad_partition): "
+    "today's estimate is of a run that makes it anew each backward"
+)
+RUN_KEPT = (
+    "ran before dojo kept ZeRO-1/2's gradient partition between steps; the same row ran again "
+    "with it kept, and that run is the one judged"
+)
+
+
+def _kept(m: dict[str, Any]) -> bool:
+    """A run whose worker kept ZeRO-1/2's gradient partition (dojo.train.worker.zero_grads)."""
+    return (m.get("ran") or {}).get("grad_partition") == "kept"
 
 
 WHOLE_LOGITS = (
@@ -208,7 +235,41 @@ def memory() -> list[str]:
                 + f" | {mset.committed} |"
             )
             detail += memory_set_table(name, mset.about, doc, rows)
-    return out + summary + [""] + detail
+    return out + summary + [""] + keep_grad_experiment() + detail
+
+
+KEEP_GRAD = [
+    ("hook-q15-base", "without the hook", ""),
+    ("hook-q15-kept", "with the hook", "BENCH_KEEP_GRAD_PARTITION=$OUT/kept.txt "),
+    ("hook-q3b-kept", "with the hook", "BENCH_KEEP_GRAD_PARTITION=$OUT/kept.txt "),
+]
+"""bench/results/keep-grad/: the experiment behind dojo.train.worker.zero_grads, not a set."""
+
+
+def keep_grad_experiment() -> list[str]:
+    """The two runs that had mapped ZeRO-1/2's fp32 upcast anew (heldout-step-upcast), run again
+    with bench/hook's BENCH_KEEP_GRAD_PARTITION, which keeps the gradient partition as dojo's
+    worker now does, and one without it on the same card."""
+    out = ["### Experiment: ZeRO-1/2's gradient partition kept between steps", "",
+           "bench/hook/sitecustomize.py's BENCH_KEEP_GRAD_PARTITION keeps DeepSpeed's bf16 "
+           "gradient partition after each step, as dojo.train.worker.zero_grads now does for "
+           "checkpointed full fine-tuning with the fused loss. Each row is heldout-step-upcast's, "
+           "whose earlier run held its fp32 upcast twice from step 2 on (the Qwen2.5-3B one at "
+           "79.49 GiB on an H200); the allocator's histories are in "
+           "bench/results/memsnap/keep-grad/hook/.", "",
+           "| run | command | commit | card | row | device | allocated | estimate then |",
+           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, how, env in KEEP_GRAD:
+        doc = load(f"keep-grad/{name}.json")
+        if not doc:
+            continue
+        call = doc["calls"][0]
+        for m in doc["rows"]:
+            cmd = f"{env}DOJO_BENCH_MEMSNAP=$OUT/memsnap {call['command']}"
+            out.append(f"| {how} | `{cmd}` | {call['commit']} | {call['device']} | {m['row']} "
+                       f"| {num(m['smi_proc_peak_gib'])} | {num(m.get('alloc_gib'))} "
+                       f"| {num(m['estimate']['gpu_gib'])} |")  # fmt: skip
+    return out + [""]
 
 
 def memory_set_table(
@@ -417,7 +478,11 @@ def speed() -> list[str]:
         "Every sample longer than seq-len (truncated): no padding for any system, one sample per "
         "row. The older speed tables' cases T1-T5 and T7 (calls 0-5: the plain script and dojo "
         "only). From call 6 on TRL runs beside them as in the peer set, without DeepSpeed on one "
-        "GPU; its full fine-tuning keeps bf16 weights and states there, as on the mix.",
+        "GPU; its full fine-tuning keeps bf16 weights and states there, as on the mix. On "
+        "1b-qlora-z2-ckpt (call 8) dojo's nvidia-smi peak is 0.4 GiB above TRL's while torch "
+        "reserved less (2.83 GiB against 2.99): the difference is outside torch's allocator "
+        "(CUDA context, libraries, and the process group of a DeepSpeed run, which TRL without "
+        "DeepSpeed does not make).",
     )  # fmt: skip
     out += speed_section(
         "preference", "DPO against TRL's own script",

@@ -16,6 +16,7 @@ from dojo.estimate.model import (
     estimate,
     validate,
 )
+from dojo.estimate.reserve import keeps_grad_partition
 from dojo.modelspec import ModelSpec, resolve_model
 
 MIB = 2**20
@@ -310,6 +311,7 @@ def test_to_dict_schema(l7) -> None:
         "cpu_gib",
         "load_above_training_gib",
         "step_remap_gib",
+        "keeps_grad_partition",
         "fits",
         "verdict",
     ]
@@ -430,15 +432,15 @@ def test_zero_1_2_keep_the_first_steps_fp64_norm_copy_reserved() -> None:
     """An H200 allocator history (Gemma-2-2B full ZeRO-2): a hole of 8 B x the largest
     gradient piece, which the step's larger flat buffers never reuse; with checkpointing the
     backward's freed pages are too small for the step's blocks too, and stay beside them. (The
-    step's remap at a later step, ``step_remap``, may come on top with checkpointing: its own
-    test.)"""
+    step's remap at a later step, ``step_remap``, may come on top with checkpointing where dojo
+    does not keep the gradient partition: its own test.)"""
     g2 = resolve_model("gemma-2-2b")
     kw = {"micro_batch": 1, "grad_ckpt": True, "liger": "on", "expandable_segments": "on"}
     hole = 8 * g2.embedding_params  # 256000 x 2304 values
     for stage in (1, 2):
         s = Setup.of(stage=stage, **kw)
         e = estimate(g2, s)
-        assert e.step_remap == 4 * g2.params
+        assert e.step_remap == 0  # dojo keeps the partition: the upcast finds its pages
         assert e.fragmentation == hole + _freed_by_backward(g2, s)
     # Across GPUs each rank copies the pieces of its own partition: Llama-3.1-8B on 2 keeps the
     # embedding's; Gemma-2-2B on 8 (a partition smaller than its embedding) leaves a piece whose
@@ -501,23 +503,32 @@ def test_zero_1_2_step_lands_in_the_backwards_pages_only_where_a_run_is_large_en
 
 
 def test_a_checkpointed_zero_1_2_step_may_map_its_largest_transient_anew() -> None:
-    """Qwen2.5-3B full ZeRO-2, 4 x 2048 with checkpointing, measured on the H200: 79.5 GiB, one
-    fp32 upcast (11.5 GiB) beyond what the step's pages alone explain, mapped anew at step 2;
-    other checkpointed runs never do in 30 steps. The total charges the case most runs take and
-    ``step_remap`` says what the other adds: not in the total, but the verdict on an 80 GB card is
-    "tight", not "fits". With a trained embedding copy beside LoRA adapters the fp64 norm copy of
-    the embedding is the larger transient. Without checkpointing, at ZeRO-3, without expandable
-    segments and with a small adapter partition nothing is given or noted."""
+    """Qwen2.5-3B full ZeRO-2, 4 x 2048 with checkpointing, measured on the H200 with DeepSpeed's
+    own handling of the gradient partition: 79.5 GiB, one fp32 upcast (11.5 GiB) beyond what the
+    step's pages alone explain, mapped anew at step 2; other checkpointed runs never do in 30
+    steps. With gradient accumulation at ZeRO-2 (where dojo leaves that handling as it is)
+    ``step_remap`` says what the case adds: not in the total, but the verdict on an 80 GB card is
+    "tight", not "fits". Where dojo keeps the partition (one micro-batch, or ZeRO-1) the same run
+    held 68.0 GiB on an H100 and the estimate gives no remap. With a trained embedding copy beside
+    LoRA adapters the fp64 norm copy of the embedding is the larger transient. Without
+    checkpointing, at ZeRO-3, without expandable segments and with a small adapter partition
+    nothing is given or noted."""
     q3b = resolve_model("qwen2.5-3b")
     kw = {"stage": 2, "micro_batch": 4, "seq_len": 2048, "liger": "on", "packing": True,
           "expandable_segments": "on", "gpu_memory_gib": 79.6}  # fmt: skip
-    ckpt = estimate(q3b, Setup.of(grad_ckpt=True, **kw))
-    assert ckpt.step_remap == 4 * q3b.params
+    for kept in (Setup.of(grad_ckpt=True, **kw),
+                 Setup.of(grad_ckpt=True, **{**kw, "stage": 1, "grad_accum": 2})):  # fmt: skip
+        e = estimate(q3b, kept)
+        assert e.step_remap == 0 and e.verdict == "fits" and e.to_dict()["keeps_grad_partition"]
+        assert not any("optimizer step can map" in n for n in e.notes)
+    accum = {**kw, "grad_accum": 2}
+    ckpt = estimate(q3b, Setup.of(grad_ckpt=True, **accum))
+    assert ckpt.step_remap == 4 * q3b.params and not ckpt.to_dict()["keeps_grad_partition"]
     assert ckpt.gpu_total_gib < 0.95 * 79.6 < 79.6 < ckpt.gpu_total_with_remap / GIB
     assert ckpt.verdict == "tight" and ckpt.tight_by_remap
     assert ckpt.to_dict()["step_remap_gib"] == round(4 * q3b.params / GIB, 3)
     assert any("may hold up to 11.5 GiB more than the total" in n for n in ckpt.notes)
-    big_card = {**kw, "gpu_memory_gib": 140.4}
+    big_card = {**accum, "gpu_memory_gib": 140.4}
     roomy = estimate(q3b, Setup.of(grad_ckpt=True, **big_card))
     assert roomy.verdict == "fits" and not roomy.tight_by_remap
 
@@ -527,11 +538,32 @@ def test_a_checkpointed_zero_1_2_step_may_map_its_largest_transient_anew() -> No
                     **{**kw, "micro_batch": 2, "seq_len": 4096})  # fmt: skip
     e = estimate(l3b, copy)
     assert 4 * e.trainable_params < 8 * embed == e.step_remap  # the norm's fp64 copy
-    for other in (Setup.of(**kw), Setup.of(grad_ckpt=True, **{**kw, "stage": 3}),
+    for other in (Setup.of(**accum), Setup.of(grad_ckpt=True, **{**kw, "stage": 3}),
                   Setup.of(grad_ckpt=True, **{**kw, "method": "lora"}),
-                  Setup.of(grad_ckpt=True, **{**kw, "expandable_segments": "off"})):  # fmt: skip
+                  Setup.of(grad_ckpt=True, **{**accum, "expandable_segments": "off"})):  # fmt: skip
         e = estimate(q3b, other)
         assert e.step_remap < 0.5 * GIB and not any("optimizer step can map" in n for n in e.notes)
+
+
+def test_dojo_keeps_the_gradient_partition_only_where_it_was_measured_to_help() -> None:
+    """dojo.train.worker.zero_grads runs where keeps_grad_partition says: checkpointed full
+    fine-tuning with the fused loss under expandable segments, ZeRO-1/2 stepping on the GPU, one
+    micro-batch a step at ZeRO-2. Kept beside LoRA and a trained embedding the norm copy was still
+    mapped anew, and with HF's unfused loss the run held more: there DeepSpeed's own handling
+    stays, and so does the remap in the verdict."""
+    base = {"stage": 2, "method": "full", "grad_ckpt": True, "liger": "on",
+            "expandable_segments": "on"}  # fmt: skip
+    assert keeps_grad_partition(Setup.of(**base).run)
+    for change in ({"stage": 3}, {"stage": 0}, {"stage": "none"}, {"offload": "cpu"},
+                   {"method": "lora"}, {"liger": "off"}, {"grad_ckpt": False},
+                   {"expandable_segments": "off"}, {"grad_accum": 4}):  # fmt: skip
+        assert not keeps_grad_partition(Setup.of(**{**base, **change}).run), change
+    assert keeps_grad_partition(Setup.of(**{**base, "stage": 1, "grad_accum": 4}).run)
+    # Full fine-tuning on many GPUs where one embedding piece outsizes the partition's upcast:
+    # kept, the fp64 norm copy is still given as a remap
+    g2 = resolve_model("gemma-2-2b")
+    e = estimate(g2, Setup.of(**base, gpus_per_node=8))
+    assert e.step_remap == 8 * -(-g2.params // 8) > 4 * -(-g2.params // 8)
 
 
 def test_expandable_segments_keep_part_of_one_fp32_logits_block_without_liger() -> None:

@@ -17,7 +17,8 @@ bench/gpu.sh put bench/hook first on PYTHONPATH and set
   after every step and makes it anew in the next backward, where best fit can put it in the
   pages the step freed; here the optimizer keeps it after the step's last micro-batch
   (copy_grads_in_partition fills it again from offset 0), and FILE gets a line with its
-  data_ptr at each such release.
+  data_ptr at each such release. dojo's worker now keeps it itself where it was measured to help
+  (dojo.train.worker.zero_grads); the hook stays for the runs in docs/benchmarks.md that used it.
 
 The first three wrap the Trainer after transformers.trainer is first imported, the last
 DeepSpeed's ZeRO-1/2 optimizer after its module is (a meta-path finder), so nothing is imported

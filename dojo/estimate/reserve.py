@@ -125,28 +125,41 @@ def step_remap(s: Setup, p_t: int, largest_t: int) -> float:
     take, and the verdict counts this one ("tight" where it would cross the card). 0 without
     checkpointing (``step_pages_hole`` charges the larger case there), with offload or outside
     ZeRO-1/2; the caller takes it under expandable segments only, as it does ``step_pages_hole``.
-    0 where dojo's worker keeps the gradient partition (``keeps_grad_partition``): the next
-    backward's partition is then the one the step before read, and the step finds its own pages
-    again (allocator histories on an H100, bench/results/memsnap/keep-grad: the two rows above held
-    35.7 and 68.0 GiB at their 36.7 and 69.6 GiB totals)."""
+    Where dojo's worker keeps the gradient partition (``keeps_grad_partition``) the next
+    backward's partition is the one the step before read, and the step finds its upcast's pages
+    again: 0 (allocator histories on an H100, bench/results/memsnap/keep-grad: the Qwen2.5 runs
+    above held 35.7 and 68.0 GiB at their 36.7 and 69.6 GiB totals), unless the norm copy is the
+    larger (an embedding on many GPUs): kept beside LoRA adapters and a trained embedding, that
+    copy was still mapped anew."""
     partition = gpu_step_partition(s, p_t)
-    if partition is None or not s.kernels.grad_ckpt or keeps_grad_partition(s.run):
+    if partition is None or not s.kernels.grad_ckpt:
         return 0.0
-    return max(float(FP32 * partition), grad_norm_copy(largest_t, partition))
+    upcast, norm_copy = float(FP32 * partition), grad_norm_copy(largest_t, partition)
+    if keeps_grad_partition(s.run):  # a norm copy larger than the upcast was still mapped anew
+        return norm_copy if norm_copy > upcast else 0.0
+    return max(upcast, norm_copy)
 
 
 def keeps_grad_partition(run: Run) -> bool:
     """Where dojo's worker keeps ZeRO-1/2's bf16 gradient partition from one step to the next
-    (dojo.train.worker.zero_grads): checkpointed runs under expandable segments whose optimizer
-    steps on the GPU, the runs whose step could otherwise map its largest transient anew at step 2
-    or 3 (``step_remap``). The partition is then held from the second forward on, through the
-    loss, where DeepSpeed had not made it yet. Not at ZeRO-2 with gradient accumulation: there
-    every micro-batch's backward makes a partition of its own, and the kept one serves only the
-    first."""
+    (dojo.train.worker.zero_grads): checkpointed full fine-tuning (SFT) with the fused loss under
+    expandable segments, its optimizer stepping on the GPU: the runs whose step could otherwise map
+    its fp32 upcast (4 B x the partition) anew at step 2 or 3 (``step_remap``). The partition is
+    then held from the second forward on, through the loss, where DeepSpeed had not made it yet.
+
+    Not elsewhere, as measured on an H100 with the partition kept (bench/results/memsnap/
+    keep-grad): a trained embedding or head beside LoRA adapters still mapped its fp64 norm copy
+    anew (Llama-3.2-3B with embed_tokens: 20.8 GiB, 19.2 without), and HF's unfused loss held more
+    (Qwen2.5-0.5B 1 x 8192 without Liger: 30.6 GiB, 28.6 without); nor at ZeRO-2 with gradient
+    accumulation, where every micro-batch's backward makes a partition of its own and the kept one
+    serves only the first."""
     return (
         run.zero.stage in (1, 2)
         and run.zero.deepspeed
         and run.zero.offload == "none"
+        and run.model.method == "full"
+        and not run.objective.preference
+        and run.kernels.fused_loss
         and run.kernels.grad_ckpt
         and run.kernels.expandable
         and run.device == "cuda"

@@ -4,6 +4,7 @@
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dojo.estimate.reserve import keeps_grad_partition
 from dojo.modelspec import ModelSpec
 
 if TYPE_CHECKING:
@@ -214,6 +215,8 @@ class MemoryEstimate:
             "load_above_training_gib": round(self.load_excess / GIB, 3),
             # not in gpu_gib's total: what ZeRO-1/2's step may map anew beyond it (some runs)
             "step_remap_gib": round(self.step_remap / GIB, 3),
+            # dojo's worker keeps ZeRO-1/2's gradient partition between steps (no step remap)
+            "keeps_grad_partition": keeps_grad_partition(self.setup.run),
             "fits": self.fits,
             "verdict": self.verdict,
         }

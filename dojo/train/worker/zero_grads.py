@@ -1,6 +1,6 @@
 """ZeRO-1/2 keep their bf16 gradient partition from one step to the next, where
-``dojo.estimate.reserve.keeps_grad_partition`` says (checkpointed runs under expandable segments
-whose optimizer steps on the GPU).
+``dojo.estimate.reserve.keeps_grad_partition`` says: checkpointed full fine-tuning with the fused
+loss under expandable segments, the optimizer stepping on the GPU.
 
 DeepSpeed drops the partition (``grads_in_partition``) at the end of every backward and makes it
 anew at the next backward's first bucket reduction (deepspeed/runtime/zero/stage_1_and_2.py
@@ -10,8 +10,10 @@ segment's end, best fit puts the new partition in those freed pages, and the nex
 upcast (or the fp64 norm copy of a trained embedding or head) anew and keeps both: up to
 4 B x the partition more on the device from step 2 or 3 on, in about a third of the checkpointed
 runs measured, by a margin of MiB no setting predicts. Kept, the partition stays where it is and
-the step finds its own pages again (docs/estimate.md, "The optimizer step"). What it costs: the
-partition is held through the forward and the loss, where DeepSpeed had not made it yet.
+the step finds its own pages again (docs/estimate.md, "Allocator reserve": the step's largest
+transient mapped anew).
+What it costs: the partition is held through the forward and the loss, where DeepSpeed had not
+made it yet.
 
 The partition goes back to the optimizer only after the step: until then the step reads the
 gradients through views of it, and under reentrant checkpointing one backward may run the
@@ -56,7 +58,7 @@ def keep_partition(optimizer: Any) -> bool:
     return True
 
 
-class KeepGradPartition(TrainerCallback):  # type: ignore[misc]
+class KeepGradPartition(TrainerCallback):
     """Applies ``keep_partition`` to the trainer's DeepSpeed optimizer once the Trainer has made
     it (deepspeed_init runs inside ``train()``, before this event)."""
 
