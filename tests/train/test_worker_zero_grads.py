@@ -14,8 +14,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.slow
-
 SCRIPT = r"""
 import json, sys
 import torch
@@ -84,6 +82,7 @@ def _run(tmp_path: Path, stage: int, accum: int) -> dict[str, dict[str, object]]
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("stage", "accum"), [(1, 1), (2, 1), (1, 2), (2, 2)])
 def test_a_kept_partition_trains_the_same(tmp_path: Path, stage: int, accum: int) -> None:
     pytest.importorskip("deepspeed")
@@ -95,3 +94,56 @@ def test_a_kept_partition_trains_the_same(tmp_path: Path, stage: int, accum: int
     ptrs = [p for p in kept["ptrs"] if p]  # type: ignore[union-attr]
     if stage == 1 or accum == 1:  # where keeps_grad_partition applies: one tensor throughout
         assert len(ptrs) == len(kept["ptrs"]) - (accum - 1) and len(set(ptrs)) == 1  # type: ignore[arg-type]
+
+
+class _Optimizer:
+    """What keep_partition reads of a DeepSpeed ZeRO-1/2 optimizer."""
+
+    def __init__(self, cpu_offload: bool = False, contiguous: bool = True) -> None:
+        self.cpu_offload, self.contiguous_gradients = cpu_offload, contiguous
+        self.grads_in_partition: object = None
+        self.grads_in_partition_offset = 0
+        self.boundary = True
+
+    def _release_ipg_buffers(self) -> None:
+        self.grads_in_partition, self.grads_in_partition_offset = None, 0
+
+    def is_gradient_accumulation_boundary(self) -> bool:
+        return self.boundary
+
+    def step(self) -> str:
+        return "stepped"
+
+
+def test_the_callback_keeps_the_trainers_deepspeed_partition_once() -> None:
+    """On train begin the callback finds the optimizer DeepSpeed's engine holds and keeps its
+    partition; a run without a DeepSpeed engine, or one whose optimizer makes no partition on
+    the GPU (offload, contiguous_gradients off), is left as it is."""
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from dojo.train.worker.zero_grads import KeepGradPartition
+
+    def trainer(opt: object | None) -> SimpleNamespace:
+        wrapped = None if opt is None else SimpleNamespace(engine=SimpleNamespace(optimizer=opt))
+        return SimpleNamespace(accelerator=SimpleNamespace(deepspeed_engine_wrapped=wrapped))
+
+    opt = _Optimizer()
+    cb = KeepGradPartition(trainer(opt))
+    cb.on_train_begin(None, None, None)
+    assert cb.kept
+    part = object()
+    opt.grads_in_partition = part
+    opt._release_ipg_buffers()  # the backward's end
+    assert opt.grads_in_partition is None
+    assert opt.step() == "stepped" and opt.grads_in_partition is part  # handed back after it
+    opt.grads_in_partition = None
+    opt.boundary = False  # between micro-batches nothing is held
+    opt.grads_in_partition = object()
+    opt._release_ipg_buffers()
+    opt.step()
+    assert opt.grads_in_partition is None
+    for other in (None, _Optimizer(cpu_offload=True), _Optimizer(contiguous=False)):
+        cb = KeepGradPartition(trainer(other))
+        cb.on_train_begin(None, None, None)
+        assert not cb.kept
