@@ -1,6 +1,6 @@
 """dojo.train.worker.zero_grads: a DeepSpeed ZeRO-1/2 optimizer that keeps its bf16 gradient
 partition between steps trains exactly as one that makes it anew each backward, and the next
-backward fills the kept tensor. One DeepSpeed process on the CPU (gloo), a tiny MLP with
+backward fills the kept tensor. DeepSpeed on the CPU (gloo), one process or two, a tiny MLP with
 reentrant checkpointing, a few steps with and without gradient accumulation."""
 
 import json
@@ -21,7 +21,9 @@ import deepspeed
 from torch.utils.checkpoint import checkpoint
 from dojo.train.worker.zero_grads import keep_partition
 
-stage, accum, steps = int(sys.argv[1]), int(sys.argv[2]), 4
+stage, accum, overlap, steps = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", 4
+deepspeed.init_distributed(dist_backend="gloo")
+rank = torch.distributed.get_rank()
 
 
 class Net(torch.nn.Module):
@@ -40,12 +42,12 @@ def run(keep):
     net = Net()
     cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": accum,
            "zero_optimization": {"stage": stage, "contiguous_gradients": True,
-                                 "overlap_comm": False, "reduce_bucket_size": 500},
+                                 "overlap_comm": overlap, "reduce_bucket_size": 500},
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "torch_adam": True}},
            "gradient_clipping": 1.0, "bf16": {"enabled": True}}
     engine, *_ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=cfg)
     engaged = keep_partition(engine.optimizer) if keep else False
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator().manual_seed(1 + rank)  # each rank its own batches
     ptrs, losses = [], []
     for _ in range(steps * accum):
         x = torch.randn(4, 32, generator=g).to(torch.bfloat16).requires_grad_()
@@ -59,7 +61,9 @@ def run(keep):
     return {"engaged": engaged, "ptrs": ptrs, "losses": losses, "params": params}
 
 
-print(json.dumps({"plain": run(False), "kept": run(True)}))
+out = {"plain": run(False), "kept": run(True)}
+if rank == 0:
+    print(json.dumps(out))
 """
 
 
@@ -69,24 +73,32 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run(tmp_path: Path, stage: int, accum: int) -> dict[str, dict[str, object]]:
+def _run(tmp_path: Path, stage: int, accum: int, ranks: int) -> dict[str, dict[str, object]]:
+    """One rank, or two through torch's launcher (gloo) with overlap_comm on, as a multi-GPU
+    ZeRO-2 run has it."""
     script = tmp_path / "keep.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(_free_port()), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+    env = {**os.environ, "DS_ACCELERATOR": "cpu",
            "PYTHONPATH": f"{REPO}:{os.environ.get('PYTHONPATH', '')}"}  # fmt: skip
-    p = subprocess.run([sys.executable, str(script), str(stage), str(accum)], env=env,
-                       capture_output=True, text=True, timeout=600, cwd=tmp_path)  # fmt: skip
+    args = [str(script), str(stage), str(accum), "1" if ranks > 1 else "0"]
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
+              "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]  # fmt: skip
+    p = subprocess.run([sys.executable, *launch, *args], env=env, capture_output=True,
+                       text=True, timeout=600, cwd=tmp_path)  # fmt: skip
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     result: dict[str, dict[str, object]] = json.loads(p.stdout.strip().splitlines()[-1])
     return result
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("stage", "accum"), [(1, 1), (2, 1), (1, 2), (2, 2)])
-def test_a_kept_partition_trains_the_same(tmp_path: Path, stage: int, accum: int) -> None:
+@pytest.mark.parametrize(
+    ("stage", "accum", "ranks"), [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (2, 1, 2)]
+)
+def test_a_kept_partition_trains_the_same(
+    tmp_path: Path, stage: int, accum: int, ranks: int
+) -> None:
     pytest.importorskip("deepspeed")
-    out = _run(tmp_path, stage, accum)
+    out = _run(tmp_path, stage, accum, ranks)
     plain, kept = out["plain"], out["kept"]
     assert kept["engaged"] and not plain["engaged"]
     assert kept["losses"] == plain["losses"] and kept["params"] == plain["params"]
