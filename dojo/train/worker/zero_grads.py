@@ -11,9 +11,8 @@ upcast (or the fp64 norm copy of a trained embedding or head) anew and keeps bot
 4 B x the partition more on the device from step 2 or 3 on, in about a third of the checkpointed
 runs measured, by a margin of MiB no setting predicts. Kept, the partition stays where it is and
 the step finds its own pages again (docs/estimate.md, "Allocator reserve": the step's largest
-transient mapped anew).
-What it costs: the partition is held through the forward and the loss, where DeepSpeed had not
-made it yet.
+transient mapped anew). What it costs: the partition is held through the forward and the loss
+(and an evaluation between steps), where DeepSpeed had not made it yet.
 
 The partition goes back to the optimizer only after the step: until then the step reads the
 gradients through views of it, and under reentrant checkpointing one backward may run the
