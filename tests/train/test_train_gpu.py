@@ -54,6 +54,16 @@ def test_full_zero3(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
+def test_checkpointed_full_zero2_keeps_its_gradient_partition(tmp_path: Path) -> None:
+    """dojo.train.worker.zero_grads engages where keeps_grad_partition says (one micro-batch a
+    step), not with gradient accumulation at ZeRO-2; both train."""
+    common = ("--method", "full", "--zero", "2", "--grad-ckpt", "--lr", "1e-3")
+    assert dojo_train(tmp_path / "kept", *common)["kept_grad_partition"] is True
+    s = dojo_train(tmp_path / "accum", *common, "--grad-accum", "2")
+    assert s["kept_grad_partition"] is False
+
+
+@pytest.mark.gpu
 def test_qlora_dora_eval_best_cosine(tmp_path: Path) -> None:
     """The GPU paths of the training-loop options: QLoRA + DoRA, eval on a 10% split every 5 steps,
     the best checkpoint kept, cosine after warmup, NEFTune; the summary has the eval losses."""
