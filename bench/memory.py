@@ -9,8 +9,8 @@ script (system "plain", bench/baseline_trainer.py): random bf16 weights of the r
 exactly seq-len tokens, or fixed-length samples: no padding either way). Measured per process, so
 several short rows can share the GPU: nvidia-smi's per-process memory summed over the row's
 process tree on each GPU, its fullest GPU's (sampled every 0.2 s), torch's peaks after step 1
-from the run's own summary, host RSS of the tree. A row on several GPUs (Row.gpus) runs alone on GPUs 0..gpus-1, and is
-refused on a machine with fewer.
+from the run's own summary, host RSS of the tree. A row on several GPUs (Row.gpus) runs alone on
+GPUs 0..gpus-1, and is refused on a machine with fewer.
 
 The estimate of a dojo row is `dojo estimate` with the same setting flags the row passes to
 `dojo train` (dojo_flags, in process through dojo's CLI), so the bench never re-implements dojo's

@@ -120,11 +120,10 @@ def memory_rows(doc: dict[str, Any], work: Path) -> list[dict[str, Any]]:
             now = estimate_row(
                 row, work, call.get("gpu_gib", H200_GIB), HOST_GIB, m.get("ran") or {}
             )
-            if "error" in now:
-                pass
-            elif _kept(m) and not now.get("keeps_grad_partition"):
+            keeps_now = "error" not in now and now.get("keeps_grad_partition")
+            if "error" not in now and _kept(m) and not keeps_now:
                 now = {"error": KEPT_OUTSIDE, "superseded": "partition kept"}
-            elif not _kept(m) and now.get("keeps_grad_partition") and m["row"] in kept_again:
+            elif keeps_now and not _kept(m) and m["row"] in kept_again:
                 now = {"error": RUN_KEPT, "superseded": "run again, partition kept"}
         # a row that failed (OOM, host RAM, refused, a crash) has no peak to judge an estimate by
         ran = not (m.get("oom") or m.get("host_killed") or m.get("host_oom") or "refused" in m

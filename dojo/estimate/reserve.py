@@ -2,6 +2,7 @@
 allocated (docs/estimate.md#allocator-reserve)."""
 
 from dojo.estimate.setup import Setup
+from dojo.run.groups.zero import ZeroOptions
 from dojo.run.run import Run
 
 BF16 = 2
@@ -154,9 +155,7 @@ def keeps_grad_partition(run: Run) -> bool:
     accumulation, where every micro-batch's backward makes a partition of its own and the kept one
     serves only the first."""
     return (
-        run.zero.stage in (1, 2)
-        and run.zero.deepspeed
-        and run.zero.offload == "none"
+        _zero12_on_gpu(run.zero)
         and run.model.method == "full"
         and not run.objective.preference
         and run.kernels.fused_loss
@@ -171,9 +170,15 @@ def gpu_step_partition(s: Setup, p_t: int) -> int | None:
     """The rank's gradient partition where ZeRO-1/2 step it on the GPU, rounded up (DeepSpeed
     pads the flat groups to split evenly); None at ZeRO-0/3, without DeepSpeed, or with optimizer
     offload (the norm and step are taken on the host's copy)."""
-    if s.zero.stage not in (1, 2) or not s.deepspeed or s.zero.offload != "none":
+    if not _zero12_on_gpu(s.zero):
         return None
     return -(-p_t // s.world_size)
+
+
+def _zero12_on_gpu(zero: ZeroOptions) -> bool:
+    """ZeRO-1/2 under DeepSpeed without optimizer offload: the gradient partition, its norm and
+    the step are on the GPU (``gpu_step_partition``, ``keeps_grad_partition``)."""
+    return zero.stage in (1, 2) and zero.deepspeed and zero.offload == "none"
 
 
 def grad_norm_copy(largest_t: int, partition: float) -> float:

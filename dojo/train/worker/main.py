@@ -208,9 +208,7 @@ def write_summary(
         "method": run.model.method,
         # ZeRO-1/2's gradient partition kept between steps (dojo.train.worker.zero_grads)
         "kept_grad_partition": any(
-            getattr(c, "kept", False)
-            for c in trainer.callback_handler.callbacks
-            if isinstance(c, KeepGradPartition)
+            c.kept for c in trainer.callback_handler.callbacks if isinstance(c, KeepGradPartition)
         ),
         "model_dir": job.run_dir if run.output.save_model else None,
         **measured,
