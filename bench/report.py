@@ -470,7 +470,15 @@ def speed() -> list[str]:
         "script in the same call for the ratio where the call ran it. On 7b-full-z3-ckpt the "
         "row's --zero 3 is the user's choice, and --zero none trains bf16 weights and AdamW "
         "states (no fp32 master copy: docs/train.md, runs without DeepSpeed), so it is faster at "
-        "half the memory but not the same training.",
+        "half the memory but not the same training. --compile on (which makes --liger loss "
+        "and --attn sdpa) ran 3-9% faster than the default in steps 2-20 on 1b-lora and "
+        "1b-qlora (calls 3 and 4), then lost it at steps 21-30: the mix's first micro-batch of "
+        "four whole samples (step 23) compiles the layers again, about 7 s in a machine's first such "
+        "run and about 1 s in the next (Inductor's cache), so over 30 steps the compiled runs "
+        "made 0.44-0.67x the default's tokens/s; call 2's 20 steps stop before step 23. A run of "
+        "thousands of steps would pay that compile once; the benchmark's 30 do not. dojo's own "
+        "runs of one row vary from call to call on the same kind of card (1b-qlora's default: "
+        "35,952-40,497 in call 2, 48,872 in call 4), so a ratio holds only within its call.",
     )  # fmt: skip
     out += speed_section(
         "fixed", "Fixed-length rows (secondary)",
@@ -481,7 +489,15 @@ def speed() -> list[str]:
         "1b-qlora-z2-ckpt (call 8) dojo's nvidia-smi peak is 0.4 GiB above TRL's while torch "
         "reserved less (2.83 GiB against 2.99): the difference is outside torch's allocator "
         "(CUDA context, libraries, and the process group of a DeepSpeed run, which TRL without "
-        "DeepSpeed does not make).",
+        "DeepSpeed does not make). Call 9 ran dojo alone (the --compile on it was to run beside "
+        "was not one of the set's systems: fixed-variants has it): 20,929 and 28,927 tokens/s "
+        "against 26,309 in call 8, the spread of dojo's runs on this row.",
+    )  # fmt: skip
+    out += speed_section(
+        "fixed-variants", "dojo's variants on the fixed-length rows",
+        "dojo's defaults against each variant that resolves to a different run, on the fixed "
+        "rows: one sample a packed row, the same layout every step, the case where --compile "
+        "on should compile once.",
     )  # fmt: skip
     out += speed_section(
         "preference", "DPO against TRL's own script",

@@ -1001,6 +1001,8 @@ SPEED_SETS: dict[str, dict[str, Case]] = {
         "1b-qlora-z2-ckpt": Case("l1b", "qlora", 2, 4, 2048, True, "fixed", _PEER),  # T5
         "7b-full-z3-ckpt": Case("l7b", "full", 3, 2, 2048, True, "fixed", _PEER_FULL),  # T7
     },
+    # The same rows: dojo's defaults against each variant (compile pays on fixed shapes).
+    "fixed-variants": {},
     # DPO against TRL's own script at the same settings (the same DeepSpeed JSON: the one dojo
     # train writes for the row), on the realistic preference mix (bench/workload.py pref-mix).
     "preference": {
@@ -1021,7 +1023,8 @@ SPEED_SETS: dict[str, dict[str, Case]] = {
         ),
     },
 }
-SPEED_SETS["peer-variants"] = {
-    name: Case(c.shape, c.method, c.zero, c.micro_batch, c.seq_len, c.grad_ckpt, c.data, _VARIANT)
-    for name, c in SPEED_SETS["peer"].items()
-}
+for _rows, _variants in (("peer", "peer-variants"), ("fixed", "fixed-variants")):
+    SPEED_SETS[_variants] = {
+        name: Case(c.shape, c.method, c.zero, c.micro_batch, c.seq_len, c.grad_ckpt, c.data, _VARIANT)
+        for name, c in SPEED_SETS[_rows].items()
+    }
