@@ -1025,6 +1025,8 @@ SPEED_SETS: dict[str, dict[str, Case]] = {
 }
 for _rows, _variants in (("peer", "peer-variants"), ("fixed", "fixed-variants")):
     SPEED_SETS[_variants] = {
-        name: Case(c.shape, c.method, c.zero, c.micro_batch, c.seq_len, c.grad_ckpt, c.data, _VARIANT)
+        name: Case(
+            c.shape, c.method, c.zero, c.micro_batch, c.seq_len, c.grad_ckpt, c.data, _VARIANT
+        )
         for name, c in SPEED_SETS[_rows].items()
     }
