@@ -916,6 +916,50 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "q15", 2, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True, extra=("--modules-to-save", "embed_tokens"), alloc=EXP, steps=30),
         ),
     ),
+    "heldout-users-next": MemorySet(
+        about="A confirmation of the estimate where users go next, as it stands: every row held, "
+        "none run before under these settings, none run while the estimate was changed. Six "
+        "rows of each class: mixture-of-experts LoRA and QLoRA (Qwen3-MoE, Qwen2-MoE, Mixtral; "
+        "ZeRO-2, ZeRO-3, no DeepSpeed; other batches and lengths than before); full fine-tuning "
+        "with --offload cpu (ZeRO-1/2/3, Qwen3, Llama-3.2-3B, Gemma-3, TinyLlama, with and "
+        "without checkpointing); LoRA and QLoRA at 8k-32k tokens with checkpointing (262k and "
+        "256k vocabularies, an 8B QLoRA at 16k); runs without DeepSpeed (LoRA, QLoRA with "
+        "k-bit prep, pure-bf16 full, and the plain PEFT script). dojo's default allocator "
+        "(expandable segments). Each is judged on the total (within -5% to +10%) and on its "
+        "verdict. Committed before the set runs.",
+        committed="(this commit), before the set ran",
+        was="bench/rows.py",
+        rows=(
+            # mixture of experts (rows.EXTRA_ARCHS: the real layers, fewer of them)
+            Row(H, D, "q3moe", 2, "lora", micro_batch=1, seq_len=4096, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3moe", 2, "qlora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q2moe", 3, "lora", micro_batch=4, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q2moe", -1, "lora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "mix", 2, "qlora", micro_batch=2, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "mix", 3, "lora", micro_batch=1, seq_len=4096, grad_ckpt=True, alloc=EXP),
+            # full fine-tuning with the optimizer (at ZeRO-3 the parameters too) on the CPU
+            Row(H, D, "q3", 2, micro_batch=2, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "l3b", 2, micro_batch=2, seq_len=4096, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "q15", 3, micro_batch=4, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "q3b", 1, micro_batch=2, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "g3", 2, micro_batch=2, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "tl1b", 3, micro_batch=4, offload="cpu", alloc=EXP),
+            # long context with checkpointing; 262k (Gemma-3) and 256k (Gemma-2) vocabularies
+            Row(H, D, "g3", 2, "lora", micro_batch=1, seq_len=32768, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q15", 2, "lora", micro_batch=1, seq_len=16384, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "l3b", 2, "lora", micro_batch=1, seq_len=16384, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "g2b", 2, "qlora", micro_batch=1, seq_len=8192, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3", 2, "lora", micro_batch=1, seq_len=32768, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "l8b", 2, "qlora", micro_batch=1, seq_len=16384, grad_ckpt=True, alloc=EXP),
+            # without DeepSpeed (--zero none; the plain script: PEFT's k-bit prep, no DeepSpeed)
+            Row(H, D, "l3b", -1, "lora", micro_batch=2, seq_len=4096, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q3b", -1, "qlora", micro_batch=4, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "q06", -1, micro_batch=2, seq_len=4096, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "g3", -1, "lora", micro_batch=2, seq_len=8192, grad_ckpt=True, alloc=EXP),
+            Row(H, D, "m7b", -1, "qlora", micro_batch=2, seq_len=4096, grad_ckpt=True, alloc=EXP),
+            Row(H, P, "l3b", -1, "qlora", micro_batch=2, grad_ckpt=True),
+        ),
+    ),
 }
 # fmt: on
 
