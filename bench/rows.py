@@ -927,7 +927,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "k-bit prep, pure-bf16 full, and the plain PEFT script). dojo's default allocator "
         "(expandable segments). Each is judged on the total (within -5% to +10%) and on its "
         "verdict. Committed before the set runs.",
-        committed="(this commit), before the set ran",
+        committed="eaa8788, before the set ran",
         was="bench/rows.py",
         rows=(
             # mixture of experts (rows.EXTRA_ARCHS: the real layers, fewer of them)
