@@ -475,8 +475,10 @@ def speed() -> list[str]:
         "1b-qlora (calls 3 and 4), then lost it at steps 21-30: the mix's first micro-batch of "
         "four whole samples (step 23) compiles the layers again, about 7 s in a machine's first such "
         "run and about 1 s in the next (Inductor's cache), so over 30 steps the compiled runs "
-        "made 0.44-0.67x the default's tokens/s; call 2's 20 steps stop before step 23. A run of "
-        "thousands of steps would pay that compile once; the benchmark's 30 do not. dojo's own "
+        "made 0.44-0.67x the default's tokens/s; call 2's 20 steps stop before step 23. Those "
+        "rows have no sample boundary, so transformers gave the layers no mask where they were "
+        "compiled for one; compiled runs now pad every row to one width with a padding sample "
+        "(docs/train.md), which these calls did not yet do. dojo's own "
         "runs of one row vary from call to call on the same kind of card (1b-qlora's default: "
         "35,952-40,497 in call 2, 48,872 in call 4), so a ratio holds only within its call.",
     )  # fmt: skip

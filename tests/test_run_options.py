@@ -204,8 +204,8 @@ def test_liger_auto_follows_the_machine_and_compile() -> None:
 
 
 def test_compile_is_off_unless_asked() -> None:
-    """A packed batch's layout changes every step and a new kind of layout compiles again: the
-    default never compiles; --compile on is kept where asked."""
+    """The first step's compile repays itself only over a long run: the default never
+    compiles; --compile on is kept where asked."""
     rich = dataclasses.replace(CUDA, liger=True)
     for other in ({"method": "lora", "packing": True}, {"method": "qlora", "grad_ckpt": True},
                   {"method": "full"}):  # fmt: skip

@@ -135,3 +135,66 @@ def test_packing_not_supported_reasons() -> None:
     Cfg._attn_implementation = "sdpa"
     ok, why = packing_supported(Remote())  # its module has no create_causal_mask
     assert not ok and "masking_utils" in why
+
+
+@pytest.mark.slow
+def test_compiled_width_gives_every_row_a_padding_sample() -> None:
+    from dojo.train.worker.packing import PackedCollator, compiled_width
+
+    assert [compiled_width(n) for n in (8, 15, 16, 2048)] == [16, 16, 24, 2056]
+    rows = pack(make([5, 3, 16]), 16)  # one row of two samples, one row of one whole sample
+    b = PackedCollator(pad_id=0, flatten=False, width=24)(rows)
+    assert b["input_ids"].shape == (2, 24)
+    for ids, pos, labels in zip(b["input_ids"].tolist(), b["position_ids"].tolist(),
+                                b["labels"].tolist(), strict=True):  # fmt: skip
+        n = sum(1 for t in ids if t)
+        assert pos[n:] == list(range(24 - n)) and ids[n:] == [0] * (24 - n)
+        assert labels[n:] == [IGNORE] * (24 - n)
+    with pytest.raises(ValueError, match="does not fit width 16"):
+        PackedCollator(pad_id=0, flatten=False, width=16)(rows)
+
+
+def test_packed_collator_by_attention_and_compile() -> None:
+    from dojo.train.worker.packing import PackedCollator, packed_collator
+
+    def kind(impl: str, compiled: bool) -> tuple[bool, bool, int | None]:
+        c = packed_collator(0, impl, compiled=compiled, seq_len=2048)
+        return c.flatten, c.varlen, c.width
+
+    assert kind("sdpa", True) == (False, False, 2056)  # compiled layers: one width
+    assert kind("sdpa", False) == kind("eager", False) == (False, False, None)
+    assert kind("sdpa_varlen", True) == (False, True, None)  # varlen is left out of compile
+    assert kind("flash_attention_2", True) == (True, False, None)
+    assert isinstance(packed_collator(0, "sdpa", compiled=False, seq_len=8), PackedCollator)
+
+
+@pytest.mark.slow
+def test_compiled_layers_compile_once_over_every_packed_layout() -> None:
+    """A micro-batch whose rows each hold one whole sample has no sample boundary: transformers
+    then skips the mask (SDPA's causal flag), and a layer compiled for a mask tensor recompiles.
+    The fixed width keeps one graph; the control without it gets a second."""
+    import torch
+    from accelerate.utils import compile_regions
+    from torch._dynamo.utils import counters
+
+    from dojo.train.worker.packing import PackedCollator, compiled_width
+
+    def graphs_per_batch(width: int | None) -> list[int]:
+        torch._dynamo.reset()
+        counters.clear()
+        model = compile_regions(tiny_llama("sdpa").train(), backend="eager")
+        collate = PackedCollator(pad_id=0, flatten=False, width=width)
+        out = []
+        # two rows a micro-batch, as a run's micro-batch size is fixed: (16, 16) is two whole
+        # samples, (9, 4, 6) two rows shorter than seq_len (a shorter longest row)
+        for lengths in ((5, 7, 4, 9, 6), (16, 16), (9, 4, 6), (3, 5, 2, 6, 8, 7)):
+            batch = collate(pack(make(list(lengths)), 16))
+            assert batch["input_ids"].shape[0] == 2
+            model(**batch, use_cache=False).loss.backward()
+            out.append(int(counters["stats"]["unique_graphs"]))
+        return out
+
+    fixed = graphs_per_batch(compiled_width(16))
+    assert fixed == [fixed[0]] * 4, fixed
+    plain = graphs_per_batch(None)
+    assert plain[1] > plain[0] and plain[2] > plain[1], plain  # control: both compile again

@@ -100,15 +100,13 @@ def build(
         info["packing"] = packed
         if packed:
             print0(f"packing: on ({why})")
-            # FlashAttention-2 finds packed samples only in a batch of one row, so flatten the
-            # micro-batch there; SDPA/flex/eager read per-row position_ids, and keeping
-            # [micro_batch, seq_len] rows lets a row that holds one sample use the unmasked
-            # causal (flash) SDPA kernel instead of a masked one over the whole flat batch.
-            # sdpa_varlen (dojo.train.worker.varlen) takes the samples' offsets from the batch
-            # (varlen: a flat row too, the collator's own rule).
-            impl = getattr(model.config, "_attn_implementation", "")
-            flatten, varlen = impl == "flash_attention_2", impl == "sdpa_varlen"
-            collate = packing.PackedCollator(pad_id, flatten=flatten, varlen=varlen)
+            collate = packing.packed_collator(
+                pad_id, getattr(model.config, "_attn_implementation", ""),
+                compiled=run.kernels.compiled, seq_len=run.data.seq_len,
+            )  # fmt: skip
+            if collate.width is not None:
+                print0(f"packing: rows padded to {collate.width} tokens under compile (one shape, "
+                       "a padding sample in each row: the layers compile once)")  # fmt: skip
             return train, evals, collate, info
         print0(f"warning: packing off, padding instead: {why}")
     return train, evals, packing.PadCollator(pad_id), info

@@ -5,6 +5,8 @@ API (imported by the worker, after ``dojo.train.worker.examples.build_examples``
     pack(examples, seq_len) -> list[dict]          rows of <= seq_len tokens: input_ids, labels,
                                                    position_ids restarting at 0 for each sample
     PackedCollator(pad_id, flatten=True)(rows)     batch without attention_mask (see below)
+    packed_collator(pad_id, impl, compiled, seq_len)  the PackedCollator a run's attention takes
+    compiled_width(seq_len)                        the one row width of a compiled packed run
     PadCollator(pad_id, pad_to_multiple_of=1)(ex)  pad to the longest in the batch
     TOKENS                                         both collators' key for the batch's real
                                                    tokens (an int, counted on the host)
@@ -25,6 +27,15 @@ architectures) would attend across samples: ``packing_supported`` says so and th
 
 The first label of every packed sample is -100: the previous sample's last token must not be
 trained to predict it (DataCollatorWithFlattening does the same).
+
+Under ``--compile on`` (unflattened rows) every row is padded to one width, ``compiled_width``:
+a compiled layer recompiles when its input's shape changes (the longest row of a micro-batch
+shorter than seq_len) and when the mask changes kind. The second happens at the first
+micro-batch whose rows each hold one whole sample: ``find_packed_sequence_indices`` finds no
+boundary, the mask is skipped for SDPA's causal flag, and the layer gets ``attention_mask=None``
+where it was compiled for a tensor (dynamo: "expected type of 'kwargs['attention_mask']' to be a
+tensor type"). A width above seq_len gives every row a padding sample, so every batch has a
+boundary, a mask and the same shape: the layers compile once.
 """
 
 import bisect
@@ -107,6 +118,8 @@ class PackedCollator:
     pad_id: int
     flatten: bool = True
     varlen: bool = False
+    width: int | None = None
+    """flatten=False: pad every row to this width (``compiled_width``), not to the longest."""
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         import torch
@@ -122,6 +135,12 @@ class PackedCollator:
                 out |= offset_kwargs(cu_t, longest)
             return out
         longest = max(len(r["input_ids"]) for r in rows)
+        if self.width is not None:
+            if longest >= self.width:  # a row without its padding sample would drop the mask
+                raise ValueError(
+                    f"a packed row of {longest} tokens does not fit width {self.width}"
+                )
+            longest = self.width
         padded: dict[str, list[list[int]]] = {k: [] for k in keys}
         for r in rows:
             gap = longest - len(r["input_ids"])
@@ -130,6 +149,24 @@ class PackedCollator:
             padded["position_ids"].append(list(r["position_ids"]) + list(range(gap)))
         real = sum(len(r["input_ids"]) for r in rows)
         return {**{k: torch.tensor(v) for k, v in padded.items()}, TOKENS: real}
+
+
+def packed_collator(pad_id: int, impl: str, compiled: bool, seq_len: int) -> PackedCollator:
+    """The collator of a packed run under attention ``impl``. FlashAttention-2 finds packed
+    samples only in a batch of one row, so the micro-batch is flattened there; SDPA, flex and
+    eager read per-row position_ids, and keeping [micro_batch, seq_len] rows lets a row that holds
+    one sample use the unmasked causal (flash) SDPA kernel instead of a masked one over the whole
+    flat batch; sdpa_varlen (dojo.train.worker.varlen) takes the samples' offsets from a flat row.
+    Compiled layers get rows of one width (``compiled_width``)."""
+    flatten, varlen = impl == "flash_attention_2", impl == "sdpa_varlen"
+    width = compiled_width(seq_len) if compiled and not (flatten or varlen) else None
+    return PackedCollator(pad_id, flatten=flatten, varlen=varlen, width=width)
+
+
+def compiled_width(seq_len: int) -> int:
+    """The row width of a compiled packed run: above seq_len, so that every row ends in a padding
+    sample, and a multiple of 8 (Inductor's SDPA lowering guards on the mask's alignment)."""
+    return (seq_len // 8 + 1) * 8
 
 
 def offset_kwargs(cu: Any, longest: int) -> dict[str, Any]:
