@@ -162,6 +162,8 @@ def test_packed_collator_by_attention_and_compile() -> None:
         return c.flatten, c.varlen, c.width
 
     assert kind("sdpa", True) == (False, False, 2056)  # compiled layers: one width
+    c = packed_collator(0, "sdpa", compiled=True, seq_len=2048, one_per_row=True)
+    assert c.width is None  # fixed-length data: no mask in any batch, as it is
     assert kind("sdpa", False) == kind("eager", False) == (False, False, None)
     assert kind("sdpa_varlen", True) == (False, True, None)  # varlen is left out of compile
     assert kind("flash_attention_2", True) == (True, False, None)

@@ -5,7 +5,7 @@ API (imported by the worker, after ``dojo.train.worker.examples.build_examples``
     pack(examples, seq_len) -> list[dict]          rows of <= seq_len tokens: input_ids, labels,
                                                    position_ids restarting at 0 for each sample
     PackedCollator(pad_id, flatten=True)(rows)     batch without attention_mask (see below)
-    packed_collator(pad_id, impl, compiled, seq_len)  the PackedCollator a run's attention takes
+    packed_collator(pad_id, impl, ...)             the PackedCollator a run's attention takes
     compiled_width(seq_len)                        the one row width of a compiled packed run
     PadCollator(pad_id, pad_to_multiple_of=1)(ex)  pad to the longest in the batch
     TOKENS                                         both collators' key for the batch's real
@@ -35,7 +35,9 @@ micro-batch whose rows each hold one whole sample: ``find_packed_sequence_indice
 boundary, the mask is skipped for SDPA's causal flag, and the layer gets ``attention_mask=None``
 where it was compiled for a tensor (dynamo: "expected type of 'kwargs['attention_mask']' to be a
 tensor type"). A width above seq_len gives every row a padding sample, so every batch has a
-boundary, a mask and the same shape: the layers compile once.
+boundary, a mask and the same shape: the layers compile once. Not where every row holds one
+sample (fixed-length data): there every batch already takes no mask, in SDPA's faster causal
+kernel, which a padding sample would trade for the masked one.
 """
 
 import bisect
@@ -151,15 +153,20 @@ class PackedCollator:
         return {**{k: torch.tensor(v) for k, v in padded.items()}, TOKENS: real}
 
 
-def packed_collator(pad_id: int, impl: str, compiled: bool, seq_len: int) -> PackedCollator:
+def packed_collator(
+    pad_id: int, impl: str, compiled: bool, seq_len: int, one_per_row: bool = False
+) -> PackedCollator:
     """The collator of a packed run under attention ``impl``. FlashAttention-2 finds packed
     samples only in a batch of one row, so the micro-batch is flattened there; SDPA, flex and
     eager read per-row position_ids, and keeping [micro_batch, seq_len] rows lets a row that holds
     one sample use the unmasked causal (flash) SDPA kernel instead of a masked one over the whole
     flat batch; sdpa_varlen (dojo.train.worker.varlen) takes the samples' offsets from a flat row.
-    Compiled layers get rows of one width (``compiled_width``)."""
+    Compiled layers get rows of one width (``compiled_width``), unless every row holds one sample
+    (``one_per_row``: fixed-length data), whose batches already share a shape and take no mask:
+    a padding sample there would send every batch to the masked kernel."""
     flatten, varlen = impl == "flash_attention_2", impl == "sdpa_varlen"
-    width = compiled_width(seq_len) if compiled and not (flatten or varlen) else None
+    fixed = compiled and not (flatten or varlen or one_per_row)
+    width = compiled_width(seq_len) if fixed else None
     return PackedCollator(pad_id, flatten=flatten, varlen=varlen, width=width)
 
 
