@@ -174,7 +174,8 @@ def test_packed_collator_by_attention_and_compile() -> None:
 def test_compiled_layers_compile_once_over_every_packed_layout() -> None:
     """A micro-batch whose rows each hold one whole sample has no sample boundary: transformers
     then skips the mask (SDPA's causal flag), and a layer compiled for a mask tensor recompiles.
-    The fixed width keeps one graph; the control without it gets a second."""
+    The fixed width keeps one graph; without it, that batch and a batch of shorter rows each
+    compile again."""
     import torch
     from accelerate.utils import compile_regions
     from torch._dynamo.utils import counters
