@@ -477,8 +477,8 @@ def speed() -> list[str]:
         "run and about 1 s in the next (Inductor's cache), so over 30 steps the compiled runs "
         "made 0.44-0.67x the default's tokens/s; call 2's 20 steps stop before step 23. Those "
         "rows have no sample boundary, so transformers gave the layers no mask where they were "
-        "compiled for one; compiled runs now pad every row to one width with a padding sample "
-        "(docs/train.md), which these calls did not yet do. dojo's own "
+        "compiled for one; compiled runs now pad packed rows of several samples to one width "
+        "with a padding sample (docs/train.md), which these calls did not yet do. dojo's own "
         "runs of one row vary from call to call on the same kind of card (1b-qlora's default: "
         "35,952-40,497 in call 2, 48,872 in call 4), so a ratio holds only within its call.",
     )  # fmt: skip
