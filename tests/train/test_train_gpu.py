@@ -64,6 +64,16 @@ def test_checkpointed_full_zero2_keeps_its_gradient_partition(tmp_path: Path) ->
 
 
 @pytest.mark.gpu
+def test_compiled_packed_lora_compiles_once(tmp_path: Path) -> None:
+    """--compile on with packing: rows of one width (dojo.train.worker.packing.compiled_width),
+    so no batch after step 1 compiles the layers again; the uncompiled run records nothing."""
+    common = ("--method", "lora", "--zero", "2", "--lr", "2e-3", "--packing")
+    s = dojo_train(tmp_path / "on", *common, "--compile", "on")
+    assert s["compiled_graphs_after_step1"] == 0
+    assert dojo_train(tmp_path / "off", *common)["compiled_graphs_after_step1"] is None
+
+
+@pytest.mark.gpu
 def test_qlora_dora_eval_best_cosine(tmp_path: Path) -> None:
     """The GPU paths of the training-loop options: QLoRA + DoRA, eval on a 10% split every 5 steps,
     the best checkpoint kept, cosine after warmup, NEFTune; the summary has the eval losses."""

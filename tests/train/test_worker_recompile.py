@@ -31,3 +31,15 @@ def test_a_storm_is_said_once(capsys: pytest.CaptureFixture[str]) -> None:
         assert "warning" not in capsys.readouterr().err and steady.recompiles == 0
     finally:
         counters["stats"]["unique_graphs"] = saved
+
+
+def test_graphs_after_step_1_are_counted() -> None:
+    saved = counters["stats"]["unique_graphs"]
+    try:
+        watch = RecompileWatch()
+        _steps(watch, {1: 6, 2: 6, 5: 6})
+        assert watch.graphs_after_step1 == 0
+        _steps(watch, {1: 6, 23: 7, 30: 7})  # one batch of a new kind
+        assert watch.graphs_after_step1 == 1
+    finally:
+        counters["stats"]["unique_graphs"] = saved

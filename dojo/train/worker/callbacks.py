@@ -190,6 +190,10 @@ class RecompileWatch(TrainerCallback):
     def __init__(self) -> None:
         self.after_warmup: int | None = None
         self.recompiles = 0
+        self.after_step1: int | None = None
+        self.graphs_after_step1 = 0
+        """New graphs after step 1 (the summary's compiled_graphs_after_step1): 0 where every
+        batch reached the compiled layers with the same shape and mask kind."""
 
     @staticmethod
     def _graphs() -> int:
@@ -198,6 +202,10 @@ class RecompileWatch(TrainerCallback):
         return int(counters["stats"]["unique_graphs"])
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.global_step == 1:
+            self.after_step1 = self._graphs()
+        elif self.after_step1 is not None:
+            self.graphs_after_step1 = self._graphs() - self.after_step1
         if state.global_step == 10:
             self.after_warmup = self._graphs()
         elif self.after_warmup is not None and state.global_step % 10 == 0:

@@ -210,6 +210,15 @@ def write_summary(
         "kept_grad_partition": any(
             c.kept for c in trainer.callback_handler.callbacks if isinstance(c, KeepGradPartition)
         ),
+        # --compile on: graphs compiled after step 1 (callbacks.RecompileWatch)
+        "compiled_graphs_after_step1": next(
+            (
+                c.graphs_after_step1
+                for c in trainer.callback_handler.callbacks
+                if isinstance(c, RecompileWatch)
+            ),
+            None,
+        ),  # fmt: skip
         "model_dir": job.run_dir if run.output.save_model else None,
         **measured,
         "resumed_from": job.resume_from,
