@@ -16,7 +16,8 @@ cuDNN's per-shape kernels); then --repeats rounds of every system in the row's o
 system alternates with the others; report.py takes each system's median and divides by the plain
 script's median of the same row in the same call. Every run: real (non-padding) tokens/s after
 step 1 and per 10-step window (bench/steps.py: a later window slower than the first means the
-run recompiles), MFU, torch's peaks after step 1, nvidia-smi's peak for the GPU, the logged losses.
+run recompiles), MFU, torch's peaks after step 1, nvidia-smi's peak for the GPU, the logged losses,
+and for dojo's compiled runs the graphs compiled after step 1 (its dojo_summary.json).
 
 GPUs: with one GPU every run is sequential. With several (--gpus 0,1,...), each row runs on one
 GPU, its systems alternating there (the default); with --spread the systems of one round run at
@@ -572,6 +573,7 @@ def measure(run: Run, case: Case, model: Path, data: Path, gpu: int, work: Path,
     out = work / f"run-{tag}"
     log_file = work / f"steps-{tag}.json"
     log_file.unlink(missing_ok=True)
+    (out / "dojo_summary.json").unlink(missing_ok=True)  # a warm machine's earlier call's
     argv, env = command(case, run.system, model, data, out, run.steps, gpu, work)
     smi.reset(gpu)
     t0 = time.monotonic()
@@ -580,6 +582,9 @@ def measure(run: Run, case: Case, model: Path, data: Path, gpu: int, work: Path,
     (work / f"{tag}.log").write_text(p.stdout + p.stderr)
     steplog = json.loads(log_file.read_text()) if log_file.exists() else {}
     r = rates(steplog)
+    summary_file = out / "dojo_summary.json"  # dojo's runs: graphs a compiled run made late
+    summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+    graphs = summary.get("compiled_graphs_after_step1")
     from dojo.modelspec import resolve_model
 
     spec = resolve_model(str(model / "config.json"))
@@ -603,6 +608,7 @@ def measure(run: Run, case: Case, model: Path, data: Path, gpu: int, work: Path,
         "smi_peak_gib": smi.peak_gib(gpu),
         "losses": steplog.get("losses", {}),
         **({"detail": steplog["detail"]} if "detail" in steplog else {}),
+        **({"compiled_graphs_after_step1": graphs} if graphs is not None else {}),
         "command": " ".join(shlex.quote(x) for x in argv),
         "tail": "" if p.returncode == 0 else (p.stdout + p.stderr)[-2000:],
     }
