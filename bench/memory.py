@@ -2,6 +2,7 @@
 
     python bench/memory.py --set heldout-plain-full --dry-run        # CPU: every row's estimate
     python3 bench/memory.py --set NAME [--only ROW ...] --out FILE    # GPU (bash bench/gpu.sh memory)
+    ... [--skip-done bench/results/memory-NAME.json]   # a set's next call: the rows not yet run
 
 A row is one `dojo train` run (system "dojo") or one run of the plain HF Trainer + DeepSpeed
 script (system "plain", bench/baseline_trainer.py): random bf16 weights of the real shape
@@ -310,6 +311,20 @@ def rows_of(name: str, only: list[str] | None) -> list[Row]:
     return [r for r in rows if not only or r.label() in only]
 
 
+def left_after(name: str, only: list[str] | None, done_file: Path) -> list[str]:
+    """The labels of ``name`` (or of ``only``) that ``done_file`` has no run of, in the set's
+    order: what a set's next GPU call runs (its call record then names them, as --only does)."""
+    done = (
+        {m["row"] for m in json.loads(done_file.read_text())["rows"]}
+        if done_file.exists()
+        else set()
+    )
+    left = [r.label() for r in rows_of(name, only) if r.label() not in done]
+    if not left:
+        raise SystemExit(f"every row of {name} asked for is in {done_file}: nothing left to run")
+    return left
+
+
 def dry_run(name: str, only: list[str] | None, budget_gib: float) -> None:
     """Every row resolved through `dojo estimate` (dojo rows) or the estimator (plain rows), as
     the GPU run's scheduler sees it before anything launches; no GPU, no torch."""
@@ -569,6 +584,8 @@ def main() -> None:
     ap.add_argument("--set", required=True, choices=sorted(MEMORY_SETS))
     ap.add_argument("--only", nargs="*", help="row labels (default: every row of the set)")
     ap.add_argument("--out", help="result file (GPU runs)")
+    ap.add_argument("--skip-done", metavar="FILE",
+                    help="leave out the rows this result file already has (a set's next call)")  # fmt: skip
     ap.add_argument("--dry-run", action="store_true", help="estimate every row; run nothing")
     ap.add_argument("--work", default="/tmp/dojo-bench")
     ap.add_argument("--parallel", type=int, default=7, help="rows at once on the GPU")
@@ -579,6 +596,8 @@ def main() -> None:
     ap.add_argument("--row-timeout", type=float, default=300.0)
     ap.add_argument("--make-weights", nargs="*", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.skip_done:
+        a.only = left_after(a.set, a.only, Path(a.skip_done))
     if a.make_weights:
         for shape in a.make_weights:
             folder = prepare_model(shape, Path(a.work))

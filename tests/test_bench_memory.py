@@ -47,10 +47,12 @@ FROZEN = {
     "heldout-norm-copy": "69cb7f49e8f9cb3f",
     "heldout-step-upcast": "f313eeb89717c3c0",
     "heldout-step-remap": "22fa6d844e6ec86b",
+    "heldout-users-next": "7c22f9accd0444a0",  # committed before it runs: frozen from then on
 }
-"""Each set that has run: a fingerprint of its rows and their fit/held split. A held-out claim
-rests on the rows committed before they ran, so these never change; a new set gets its line
-once its GPU call has run."""
+"""Each set that has run (or is committed to run as held-out rows): a fingerprint of its rows and
+their fit/held split. A held-out claim rests on the rows committed before they ran, so these
+never change; a new set gets its line once its GPU call has run, or when it is committed as a
+held-out claim."""
 
 
 @pytest.fixture(scope="module")
@@ -224,3 +226,17 @@ def test_each_row_gets_its_own_memsnap_folder(
     assert memory.memsnap_env(row) == {}
     monkeypatch.setenv("DOJO_BENCH_MEMSNAP", str(tmp_path))
     assert memory.memsnap_env(row) == {"DOJO_BENCH_MEMSNAP": str(tmp_path / row.label())}
+
+
+def test_a_sets_next_call_runs_the_rows_left(bench: None, tmp_path: Path) -> None:
+    memory = importlib.import_module("memory")
+    rows = importlib.import_module("rows")
+    labels = [r.label() for r in rows.MEMORY_SETS["heldout-users-next"].rows]
+    done = tmp_path / "memory-heldout-users-next.json"
+    assert memory.left_after("heldout-users-next", None, done) == labels  # no file yet: all
+    done.write_text(json.dumps({"rows": [{"row": labels[0]}, {"row": labels[5]}]}))
+    left = memory.left_after("heldout-users-next", None, done)
+    assert left == [x for i, x in enumerate(labels) if i not in (0, 5)]
+    assert memory.left_after("heldout-users-next", labels[:2], done) == [labels[1]]
+    with pytest.raises(SystemExit, match="nothing left to run"):
+        memory.left_after("heldout-users-next", [labels[0]], done)
