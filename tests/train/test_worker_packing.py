@@ -152,21 +152,26 @@ def test_compiled_width_gives_every_row_a_padding_sample() -> None:
         assert labels[n:] == [IGNORE] * (24 - n)
     with pytest.raises(ValueError, match="does not fit width 16"):
         PackedCollator(pad_id=0, flatten=False, width=16)(rows)
+    short = PackedCollator(pad_id=0, flatten=False, width=24, rows=3)(rows)  # an epoch's last
+    assert short["input_ids"].shape == (3, 24) and short["input_ids"][2].tolist() == [0] * 24
+    assert short["labels"][2].tolist() == [IGNORE] * 24
+    assert short["position_ids"][2].tolist() == list(range(24))
+    assert short["dojo_real_tokens"] == b["dojo_real_tokens"] == 24  # the real tokens only
 
 
 def test_packed_collator_by_attention_and_compile() -> None:
     from dojo.train.worker.packing import PackedCollator, packed_collator
 
-    def kind(impl: str, compiled: bool) -> tuple[bool, bool, int | None]:
-        c = packed_collator(0, impl, compiled=compiled, seq_len=2048)
-        return c.flatten, c.varlen, c.width
+    def kind(impl: str, compiled: bool) -> tuple[bool, bool, int | None, int | None]:
+        c = packed_collator(0, impl, compiled=compiled, seq_len=2048, micro_batch=4)
+        return c.flatten, c.varlen, c.width, c.rows
 
-    assert kind("sdpa", True) == (False, False, 2056)  # compiled layers: one width
-    c = packed_collator(0, "sdpa", compiled=True, seq_len=2048, one_per_row=True)
-    assert c.width is None  # fixed-length data: no mask in any batch, as it is
-    assert kind("sdpa", False) == kind("eager", False) == (False, False, None)
-    assert kind("sdpa_varlen", True) == (False, True, None)  # varlen is left out of compile
-    assert kind("flash_attention_2", True) == (True, False, None)
+    assert kind("sdpa", True) == (False, False, 2056, 4)  # compiled layers: one shape
+    c = packed_collator(0, "sdpa", compiled=True, seq_len=2048, micro_batch=4, one_per_row=True)
+    assert (c.width, c.rows) == (None, 4)  # fixed-length data: no mask in any batch, as it is
+    assert kind("sdpa", False) == kind("eager", False) == (False, False, None, None)
+    assert kind("sdpa_varlen", True) == (False, True, None, None)  # left out of compile
+    assert kind("flash_attention_2", True) == (True, False, None, None)
     assert isinstance(packed_collator(0, "sdpa", compiled=False, seq_len=8), PackedCollator)
 
 
@@ -174,30 +179,31 @@ def test_packed_collator_by_attention_and_compile() -> None:
 def test_compiled_layers_compile_once_over_every_packed_layout() -> None:
     """A micro-batch whose rows each hold one whole sample has no sample boundary: transformers
     then skips the mask (SDPA's causal flag), and a layer compiled for a mask tensor recompiles.
-    The fixed width keeps one graph; without it, that batch and a batch of shorter rows each
-    compile again."""
+    The fixed width and row count keep one graph; without them, that batch, a batch of shorter
+    rows and a short micro-batch each compile again."""
     import torch
     from accelerate.utils import compile_regions
     from torch._dynamo.utils import counters
 
     from dojo.train.worker.packing import PackedCollator, compiled_width
 
-    def graphs_per_batch(width: int | None) -> list[int]:
+    def graphs_per_batch(width: int | None, rows: int | None) -> list[int]:
         torch._dynamo.reset()
         counters.clear()
         model = compile_regions(tiny_llama("sdpa").train(), backend="eager")
-        collate = PackedCollator(pad_id=0, flatten=False, width=width)
+        collate = PackedCollator(pad_id=0, flatten=False, width=width, rows=rows)
         out = []
-        # two rows a micro-batch, as a run's micro-batch size is fixed: (16, 16) is two whole
-        # samples, (9, 4, 6) two rows shorter than seq_len (a shorter longest row)
-        for lengths in ((5, 7, 4, 9, 6), (16, 16), (9, 4, 6), (3, 5, 2, 6, 8, 7)):
+        # micro-batches of two rows: (16, 16) is two whole samples, (9, 4, 6) two rows shorter
+        # than seq_len (a shorter longest row); (7, 5) packs into one row, as an epoch's last
+        # micro-batch may be short
+        for lengths in ((5, 7, 4, 9, 6), (16, 16), (9, 4, 6), (3, 5, 2, 6, 8, 7), (7, 5)):
             batch = collate(pack(make(list(lengths)), 16))
-            assert batch["input_ids"].shape[0] == 2
             model(**batch, use_cache=False).loss.backward()
             out.append(int(counters["stats"]["unique_graphs"]))
         return out
 
-    fixed = graphs_per_batch(compiled_width(16))
-    assert fixed == [fixed[0]] * 4, fixed
-    plain = graphs_per_batch(None)
+    fixed = graphs_per_batch(compiled_width(16), 2)
+    assert fixed == [fixed[0]] * 5, fixed
+    plain = graphs_per_batch(None, None)
     assert plain[1] > plain[0] and plain[2] > plain[1], plain  # control: both compile again
+    assert plain[4] > plain[3], plain  # and the short micro-batch

@@ -103,6 +103,7 @@ def build(
             collate = packing.packed_collator(
                 pad_id, getattr(model.config, "_attn_implementation", ""),
                 compiled=run.kernels.compiled, seq_len=run.data.seq_len,
+                micro_batch=run.loop.micro_batch,
                 one_per_row=len(train) == info["used"],  # no two samples shared a row
             )  # fmt: skip
             if collate.width is not None:

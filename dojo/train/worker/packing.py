@@ -35,7 +35,8 @@ micro-batch whose rows each hold one whole sample: ``find_packed_sequence_indice
 boundary, the mask is skipped for SDPA's causal flag, and the layer gets ``attention_mask=None``
 where it was compiled for a tensor (dynamo: "expected type of 'kwargs['attention_mask']' to be a
 tensor type"). A width above seq_len gives every row a padding sample, so every batch has a
-boundary, a mask and the same shape: the layers compile once. Not where every row holds one
+boundary, a mask and the same shape: the layers compile once. An epoch's last micro-batch, when
+short, gets rows of padding alone, for the same reason. Not where every row holds one
 sample (fixed-length data): there every batch already takes no mask, in SDPA's faster causal
 kernel, which a padding sample would trade for the masked one.
 """
@@ -122,6 +123,9 @@ class PackedCollator:
     varlen: bool = False
     width: int | None = None
     """flatten=False: pad every row to this width (``compiled_width``), not to the longest."""
+    rows: int | None = None
+    """flatten=False: pad a short micro-batch (an epoch's last) to this many rows with rows of
+    padding alone (labels -100), so a compiled run's batches keep one shape."""
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         import torch
@@ -149,12 +153,21 @@ class PackedCollator:
             padded["input_ids"].append(list(r["input_ids"]) + [self.pad_id] * gap)
             padded["labels"].append(list(r["labels"]) + [IGNORE] * gap)
             padded["position_ids"].append(list(r["position_ids"]) + list(range(gap)))
+        for _ in range(len(rows), self.rows or 0):  # padding alone: no token trains, none sees it
+            padded["input_ids"].append([self.pad_id] * longest)
+            padded["labels"].append([IGNORE] * longest)
+            padded["position_ids"].append(list(range(longest)))
         real = sum(len(r["input_ids"]) for r in rows)
         return {**{k: torch.tensor(v) for k, v in padded.items()}, TOKENS: real}
 
 
 def packed_collator(
-    pad_id: int, impl: str, compiled: bool, seq_len: int, one_per_row: bool = False
+    pad_id: int,
+    impl: str,
+    compiled: bool,
+    seq_len: int,
+    micro_batch: int = 1,
+    one_per_row: bool = False,
 ) -> PackedCollator:
     """The collator of a packed run under attention ``impl``. FlashAttention-2 finds packed
     samples only in a batch of one row, so the micro-batch is flattened there; SDPA, flex and
@@ -163,11 +176,14 @@ def packed_collator(
     flat batch; sdpa_varlen (dojo.train.worker.varlen) takes the samples' offsets from a flat row.
     Compiled layers get rows of one width (``compiled_width``), unless every row holds one sample
     (``one_per_row``: fixed-length data), whose batches already share a shape and take no mask:
-    a padding sample there would send every batch to the masked kernel."""
+    a padding sample there would send every batch to the masked kernel. Either way a compiled
+    run's short micro-batch (an epoch's last) is padded to ``micro_batch`` rows."""
     flatten, varlen = impl == "flash_attention_2", impl == "sdpa_varlen"
-    fixed = compiled and not (flatten or varlen or one_per_row)
-    width = compiled_width(seq_len) if fixed else None
-    return PackedCollator(pad_id, flatten=flatten, varlen=varlen, width=width)
+    rows = compiled and not (flatten or varlen)
+    width = compiled_width(seq_len) if rows and not one_per_row else None
+    return PackedCollator(
+        pad_id, flatten=flatten, varlen=varlen, width=width, rows=micro_batch if rows else None
+    )
 
 
 def compiled_width(seq_len: int) -> int:
