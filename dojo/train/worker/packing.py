@@ -35,10 +35,10 @@ micro-batch whose rows each hold one whole sample: ``find_packed_sequence_indice
 boundary, the mask is skipped for SDPA's causal flag, and the layer gets ``attention_mask=None``
 where it was compiled for a tensor (dynamo: "expected type of 'kwargs['attention_mask']' to be a
 tensor type"). A width above seq_len gives every row a padding sample, so every batch has a
-boundary, a mask and the same shape: the layers compile once. An epoch's last micro-batch, when
-short, gets rows of padding alone, for the same reason. Not where every row holds one
+boundary, a mask and the same shape: the layers compile once. Not where every row holds one
 sample (fixed-length data): there every batch already takes no mask, in SDPA's faster causal
-kernel, which a padding sample would trade for the masked one.
+kernel, which a padding sample would trade for the masked one. Either way an epoch's last
+micro-batch, when short, gets rows of padding alone: a new row count compiles the layers again.
 """
 
 import bisect
@@ -179,11 +179,10 @@ def packed_collator(
     a padding sample there would send every batch to the masked kernel. Either way a compiled
     run's short micro-batch (an epoch's last) is padded to ``micro_batch`` rows."""
     flatten, varlen = impl == "flash_attention_2", impl == "sdpa_varlen"
-    rows = compiled and not (flatten or varlen)
-    width = compiled_width(seq_len) if rows and not one_per_row else None
-    return PackedCollator(
-        pad_id, flatten=flatten, varlen=varlen, width=width, rows=micro_batch if rows else None
-    )
+    one_shape = compiled and not (flatten or varlen)  # flat rows vary in length anyway
+    width = compiled_width(seq_len) if one_shape and not one_per_row else None
+    rows = micro_batch if one_shape else None
+    return PackedCollator(pad_id, flatten=flatten, varlen=varlen, width=width, rows=rows)
 
 
 def compiled_width(seq_len: int) -> int:
