@@ -152,7 +152,7 @@ def test_compiled_width_gives_every_row_a_padding_sample() -> None:
         assert labels[n:] == [IGNORE] * (24 - n)
     with pytest.raises(ValueError, match="does not fit width 16"):
         PackedCollator(pad_id=0, flatten=False, width=16)(rows)
-    short = PackedCollator(pad_id=0, flatten=False, width=24, rows=3)(rows)  # an epoch's last
+    short = PackedCollator(pad_id=0, flatten=False, width=24, batch_rows=3)(rows)  # an epoch's last
     assert short["input_ids"].shape == (3, 24) and short["input_ids"][2].tolist() == [0] * 24
     assert short["labels"][2].tolist() == [IGNORE] * 24
     assert short["position_ids"][2].tolist() == list(range(24))
@@ -164,11 +164,11 @@ def test_packed_collator_by_attention_and_compile() -> None:
 
     def kind(impl: str, compiled: bool) -> tuple[bool, bool, int | None, int | None]:
         c = packed_collator(0, impl, compiled=compiled, seq_len=2048, micro_batch=4)
-        return c.flatten, c.varlen, c.width, c.rows
+        return c.flatten, c.varlen, c.width, c.batch_rows
 
     assert kind("sdpa", True) == (False, False, 2056, 4)  # compiled layers: one shape
     c = packed_collator(0, "sdpa", compiled=True, seq_len=2048, micro_batch=4, one_per_row=True)
-    assert (c.width, c.rows) == (None, 4)  # fixed-length data: no mask in any batch, as it is
+    assert (c.width, c.batch_rows) == (None, 4)  # fixed-length data: no mask in any batch, as it is
     assert kind("sdpa", False) == kind("eager", False) == (False, False, None, None)
     assert kind("sdpa_varlen", True) == (False, True, None, None)  # left out of compile
     assert kind("flash_attention_2", True) == (True, False, None, None)
@@ -191,7 +191,7 @@ def test_compiled_layers_compile_once_over_every_packed_layout() -> None:
         torch._dynamo.reset()
         counters.clear()
         model = compile_regions(tiny_llama("sdpa").train(), backend="eager")
-        collate = PackedCollator(pad_id=0, flatten=False, width=width, rows=rows)
+        collate = PackedCollator(pad_id=0, flatten=False, width=width, batch_rows=rows)
         out = []
         # micro-batches of two rows: (16, 16) is two whole samples, (9, 4, 6) two rows shorter
         # than seq_len (a shorter longest row); (7, 5) packs into one row, as an epoch's last

@@ -123,7 +123,7 @@ class PackedCollator:
     varlen: bool = False
     width: int | None = None
     """flatten=False: pad every row to this width (``compiled_width``), not to the longest."""
-    rows: int | None = None
+    batch_rows: int | None = None
     """flatten=False: pad a short micro-batch (an epoch's last) to this many rows with rows of
     padding alone (labels -100), so a compiled run's batches keep one shape."""
 
@@ -153,7 +153,9 @@ class PackedCollator:
             padded["input_ids"].append(list(r["input_ids"]) + [self.pad_id] * gap)
             padded["labels"].append(list(r["labels"]) + [IGNORE] * gap)
             padded["position_ids"].append(list(r["position_ids"]) + list(range(gap)))
-        for _ in range(len(rows), self.rows or 0):  # padding alone: no token trains, none sees it
+        for _ in range(
+            len(rows), self.batch_rows or 0
+        ):  # padding alone: no token trains, none sees it
             padded["input_ids"].append([self.pad_id] * longest)
             padded["labels"].append([IGNORE] * longest)
             padded["position_ids"].append(list(range(longest)))
@@ -181,8 +183,10 @@ def packed_collator(
     flatten, varlen = impl == "flash_attention_2", impl == "sdpa_varlen"
     one_shape = compiled and not (flatten or varlen)  # flat rows vary in length anyway
     width = compiled_width(seq_len) if one_shape and not one_per_row else None
-    rows = micro_batch if one_shape else None
-    return PackedCollator(pad_id, flatten=flatten, varlen=varlen, width=width, rows=rows)
+    batch_rows = micro_batch if one_shape else None
+    return PackedCollator(
+        pad_id, flatten=flatten, varlen=varlen, width=width, batch_rows=batch_rows
+    )
 
 
 def compiled_width(seq_len: int) -> int:
