@@ -737,6 +737,32 @@ def test_gemma2_norms_and_soft_cap() -> None:
     assert extra == per_layer * g2.num_layers
 
 
+@pytest.mark.parametrize(("model", "per_score"), [("gemma-2-2b", 14), ("llama-3.2-1b", 12)])
+def test_checkpointed_eager_backward_peaks_at_softmax(model: str, per_score: int) -> None:
+    """A recomputed eager layer of a frozen base peaks at softmax's backward: 12 B a score
+    element, 14 with Gemma-2's soft-cap (bench/eager_backward_cpu.py), not the recompute factor
+    times what the layer keeps (1.4 x 6 or 8). The seq-len^2 part of the layer phase, from two
+    lengths at one token count so the linear terms cancel."""
+    spec = resolve_model(model)
+    s = Setup.of(stage=2, method="qlora", grad_ckpt=True, attn="eager")
+
+    def layer_phase(rows: int, seq: int) -> int:
+        return activation_phases(spec, s.changed(micro_batch=rows, seq_len=seq))[2]
+
+    # 2 x 2048 and 1 x 4096: the same tokens, scores heads x s x tokens twice as many
+    tokens = 4096
+    added = layer_phase(1, 4096) - layer_phase(2, 2048)
+    assert added == pytest.approx(per_score * spec.num_heads * 2048 * tokens, rel=1e-6)
+    # full fine-tuning's factor (2.0 x what the layer keeps) already charges more and stays
+    full = s.changed(method="full")
+    kept = 8 if model == "gemma-2-2b" else 6
+    added_full = (
+        activation_phases(spec, full.changed(micro_batch=1, seq_len=4096))[2]
+        - activation_phases(spec, full.changed(micro_batch=2, seq_len=2048))[2]
+    )
+    assert added_full == pytest.approx(2 * kept * spec.num_heads * 2048 * tokens, rel=1e-6)
+
+
 # --- runs without DeepSpeed (--zero none) -------------------------------------------------------
 
 
