@@ -47,7 +47,8 @@ FROZEN = {
     "heldout-norm-copy": "69cb7f49e8f9cb3f",
     "heldout-step-upcast": "f313eeb89717c3c0",
     "heldout-step-remap": "22fa6d844e6ec86b",
-    "heldout-users-next": "7c22f9accd0444a0",  # committed before it runs: frozen from then on
+    "heldout-users-next": "7c22f9accd0444a0",
+    "heldout-eager-checkpointed": "db008a5eb3b3a997",  # committed before it runs: frozen from then on
 }
 """Each set that has run (or is committed to run as held-out rows): a fingerprint of its rows and
 their fit/held split. A held-out claim rests on the rows committed before they ran, so these
