@@ -968,7 +968,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "and these are. Gemma-2-2B LoRA and QLoRA at 4k-12k (ZeRO-2, ZeRO-3, no DeepSpeed, the "
         "plain PEFT script) and Llama-3.2-1B with --attn eager (no soft-cap). Every row held, "
         "committed before the set runs.",
-        committed="committed before the set ran",
+        committed="1412464, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(H, D, "g2b", 2, "lora", micro_batch=1, seq_len=8192, grad_ckpt=True, alloc=EXP),
