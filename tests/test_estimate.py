@@ -128,6 +128,20 @@ def test_offload_moves_states_to_cpu(l7) -> None:
     assert both.params == 0 and both.cpu_params == pytest.approx(2 * P7, rel=1e-6)
 
 
+def test_zero2_offload_under_expandable_segments_says_to_leave_headroom(l7) -> None:
+    """Held-out ZeRO-2 offload runs peaked above the estimate (the reserve constant is not right
+    there yet): the estimate says so for that run alone, not for ZeRO-1/3 offload or ZeRO-2 on
+    the GPU."""
+
+    def noted(**kw: object) -> bool:
+        e = estimate(l7, Setup.of(expandable_segments="on", **kw))
+        return any("ZeRO-2 with optimizer offload" in n for n in e.notes)
+
+    assert noted(stage=2, offload="cpu")
+    assert not noted(stage=1, offload="cpu") and not noted(stage=3, offload="cpu")
+    assert not noted(stage=2)
+
+
 def test_pinned_buffers_round_up_to_powers_of_two() -> None:
     """ZeRO-2 offload pins master, grad, bf16 buffer and the largest-param temp (stage_1_and_2);
     Adam m, v are not pinned. Llama-3.2-1B on one GPU: 32.2 GiB; 32.9 and 33.4 measured on
