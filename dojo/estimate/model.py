@@ -157,11 +157,12 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
             f"reference model: a frozen bf16 copy of the weights, {reference / GIB:.2f} GiB per "
             "GPU (in the params column)" + (" sharded like the policy" if z3 else "")
         )
-    if opt_off and s.zero.level == 2 and s.kernels.expandable:
+    if opt_off and s.zero.level == 2 and s.kernels.expandable and s.run.model.method == "full":
         notes.append(
-            "ZeRO-2 with optimizer offload: the gradients' copies to the host hold GPU memory "
-            "the reserve term counts only in part; held-out runs peaked 7-16% above this "
-            "estimate, so leave that headroom (docs/estimate.md, Allocator reserve)"
+            "full fine-tuning at ZeRO-2 with optimizer offload: the gradients' copies to the "
+            "host hold GPU memory the reserve term counts only in part; held-out runs peaked "
+            "7-16% above this estimate, so leave that headroom (docs/estimate.md, Allocator "
+            "reserve)"
         )
     if opt_off and s.zero.level < 3 and s.zero.offload == "nvme":
         notes.append(
