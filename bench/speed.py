@@ -573,7 +573,8 @@ def measure(run: Run, case: Case, model: Path, data: Path, gpu: int, work: Path,
     out = work / f"run-{tag}"
     log_file = work / f"steps-{tag}.json"
     log_file.unlink(missing_ok=True)
-    (out / "dojo_summary.json").unlink(missing_ok=True)  # a warm machine's earlier call's
+    summary_file = out / "dojo_summary.json"  # dojo's runs: graphs a compiled run made late
+    summary_file.unlink(missing_ok=True)  # a warm machine's earlier call's
     argv, env = command(case, run.system, model, data, out, run.steps, gpu, work)
     smi.reset(gpu)
     t0 = time.monotonic()
@@ -582,7 +583,6 @@ def measure(run: Run, case: Case, model: Path, data: Path, gpu: int, work: Path,
     (work / f"{tag}.log").write_text(p.stdout + p.stderr)
     steplog = json.loads(log_file.read_text()) if log_file.exists() else {}
     r = rates(steplog)
-    summary_file = out / "dojo_summary.json"  # dojo's runs: graphs a compiled run made late
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
     graphs = summary.get("compiled_graphs_after_step1")
     from dojo.modelspec import resolve_model

@@ -110,14 +110,14 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     # at all heads (+4 B x (q - kv) per token); Llama-3.2-1B packed rows measured on the H200
     # under transformers 5.17 show no such cost, and charging it put them 4-10% over.
     a_layer = tokens * per_token
+    eager = s.attention == "eager"
     scores = spec.num_heads * s.run.data.seq_len * tokens  # eager's score elements, a layer
-    softcap = s.attention == "eager" and spec.model_type in SOFTCAP_MODEL_TYPES
-    if s.attention == "eager":
-        a_layer += 6 * scores  # fp32 softmax + bf16 (CPU)
-        if softcap:
-            # eager_attention_forward's soft-cap, scores / cap -> tanh -> * cap: tanh keeps its
-            # bf16 output for backward (CPU, tiny Gemma-2 against Llama: bench/gemma2_saved_cpu.py)
-            a_layer += BF16 * scores
+    softcap = eager and spec.model_type in SOFTCAP_MODEL_TYPES
+    # eager keeps its fp32 softmax + bf16 probabilities (CPU); with the soft-cap (scores / cap ->
+    # tanh -> * cap) tanh keeps its bf16 output too (CPU, tiny Gemma-2 against Llama:
+    # bench/gemma2_saved_cpu.py)
+    eager_kept = (6 + (BF16 if softcap else 0)) * scores if eager else 0
+    a_layer += eager_kept
     # SDPA turns a bool mask into an additive one in the query dtype on every call (ATen
     # attention.cpp convert_boolean_attn_mask), and the memory-efficient kernel, the one that
     # takes a mask, saves that bias for its backward: 2 B x b x s^2 per layer, once per layer
@@ -132,7 +132,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     keep = (FP32 if s.fp32_rest else BF16) * tokens * h if s.kernels.grad_ckpt else a_layer + bias
     factor = cal.recompute_factor if s.run.model.method == "full" else cal.recompute_factor_frozen
     layer_extra = (factor * a_layer if s.kernels.grad_ckpt else a_layer) + bias
-    if s.attention == "eager" and s.kernels.grad_ckpt:
+    if eager and s.kernels.grad_ckpt:
         # The recomputed layer's score-sized tensors peak at softmax's backward, not at a
         # multiple of what they keep: the fp32 softmax output and tanh's bf16 output (kept),
         # the fp32 grad of the probabilities (the .to(bf16)'s backward) and softmax's fp32 grad
@@ -140,8 +140,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         # freed by then. Measured exactly on the CPU with a frozen base (bench/eager_backward_cpu.py:
         # 12.000 and 14.000 B against the 1.4 x 6 and 1.4 x 8 the factor gave it); full
         # fine-tuning's factor (2.0) already charges more, and keeps it (not measured there).
-        saved = (8 if softcap else 6) * scores
-        layer_extra += max(0.0, (14 if softcap else 12) * scores - factor * saved)
+        layer_extra += max(0.0, (14 if softcap else 12) * scores - factor * eager_kept)
     if s.fp32_rest:
         # ... and the gradient of down_proj's input, from the 4-bit base and from the adapter,
         # is fp32 too: 2 x 2 B more a value at that layer's backward (the allocator's history at

@@ -147,18 +147,15 @@ class PackedCollator:
                     f"a packed row of {longest} tokens does not fit width {self.width}"
                 )
             longest = self.width
+        # a short micro-batch's missing rows: empty ones, padded below like any other (padding
+        # alone: no token trains, none sees it)
+        blank = dict.fromkeys(keys, ())
         padded: dict[str, list[list[int]]] = {k: [] for k in keys}
-        for r in rows:
+        for r in rows + [blank] * ((self.batch_rows or 0) - len(rows)):
             gap = longest - len(r["input_ids"])
             padded["input_ids"].append(list(r["input_ids"]) + [self.pad_id] * gap)
             padded["labels"].append(list(r["labels"]) + [IGNORE] * gap)
             padded["position_ids"].append(list(r["position_ids"]) + list(range(gap)))
-        for _ in range(
-            len(rows), self.batch_rows or 0
-        ):  # padding alone: no token trains, none sees it
-            padded["input_ids"].append([self.pad_id] * longest)
-            padded["labels"].append([IGNORE] * longest)
-            padded["position_ids"].append(list(range(longest)))
         real = sum(len(r["input_ids"]) for r in rows)
         return {**{k: torch.tensor(v) for k, v in padded.items()}, TOKENS: real}
 
