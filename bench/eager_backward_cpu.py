@@ -7,9 +7,10 @@ ignored (they live throughout). Cross-checked against torch.profiler's allocator
 (profile_memory=True), which also see kernel-internal scratch buffers.
 
 Tiny Gemma-2 (eager, attention soft-cap 50) and tiny Llama (eager, no soft-cap), bf16, frozen
-base + PEFT LoRA r=16 on the 7 projections (adapters cast to bf16 as DeepSpeed does), 1 row of
-packed samples (position_ids restart -> 4-D float mask), labels = input_ids, gradient
-checkpointing non-reentrant and reentrant (dojo's: use_reentrant=True).
+base + PEFT LoRA r=8 on the 7 projections, adapters cast to bf16 as DeepSpeed does
+(bench/saved_tensors.py with_lora), 1 row of packed samples (position_ids restart -> 4-D float
+mask), labels = input_ids, gradient checkpointing non-reentrant and reentrant (dojo's:
+use_reentrant=True).
 
     python bench/eager_backward_cpu.py [SEQ ...]   (about 90 s on 2 cores)
 
@@ -22,6 +23,7 @@ import gc
 import sys
 import time
 import weakref
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,10 +31,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from saved_tensors import with_lora  # noqa: E402
+
 torch.set_num_threads(2)
 HEADS, KV, HEAD_DIM, HIDDEN, INTER, LAYERS, VOCAB = 8, 4, 64, 256, 512, 2, 256
 SEQS = [int(x) for x in sys.argv[1:]] or [1024, 2048, 3072, 4096]
-LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 class LiveBytes(TorchDispatchMode):
@@ -75,7 +79,6 @@ class LiveBytes(TorchDispatchMode):
 
 
 def build(kind: str, reentrant: bool | None) -> Any:
-    from peft import LoraConfig, get_peft_model
     from transformers import Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -99,10 +102,7 @@ def build(kind: str, reentrant: bool | None) -> Any:
         model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": reentrant}
         )
-    model = get_peft_model(model, LoraConfig(r=16, target_modules=LINEARS, lora_dropout=0.0))
-    for p in model.parameters():
-        if p.requires_grad:
-            p.data = p.data.to(torch.bfloat16)
+    model = with_lora(model)
     model.train()
     return model
 
