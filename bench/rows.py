@@ -47,6 +47,8 @@ SHAPES = {
     "q3moe": "qwen3-30b-a3b-l8",  # Qwen3-MoE: 128 experts, top-8, 8 of its 48 layers
     "q2moe": "qwen1.5-moe-a2.7b-l6",  # Qwen2-MoE: 60 experts, top-4, shared expert, 6 of 24
     "mix": "mixtral-8x7b-l4",  # Mixtral: 8 experts of 14336, top-2, 4 of its 32 layers
+    "l8b8": "llama-3.1-8b-l8",  # untied 128k head larger than a 5e8 bucket, 8 of 32 layers
+    "m7b8": "mistral-7b-v0.3-l8",  # untied 32k head, 8 of 32 layers
 }
 EXTRA_ARCHS = {
     # Qwen/Qwen3-1.7B config.json (not in dojo's table): GQA 16/8, head_dim 128, tied, 152k vocab.
@@ -112,6 +114,33 @@ EXTRA_ARCHS = {
         "mlp_only_layers": [],
         "qkv_bias": True,
         "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    },
+    # meta-llama/Llama-3.1-8B config.json with num_hidden_layers 8 of 32 (2.8B params, so full
+    # fine-tuning with optimizer offload fits the GPU machine's host RAM): its untied head,
+    # 525M values, is larger than dojo's 5e8 reduce bucket.
+    "llama-3.1-8b-l8": {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+    },
+    # mistralai/Mistral-7B-v0.3 config.json with num_hidden_layers 8 of 32 (2.0B params): its
+    # untied head, 134M values, fits the bucket.
+    "mistral-7b-v0.3-l8": {
+        "model_type": "mistral",
+        "hidden_size": 4096,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 32768,
+        "rope_theta": 1000000.0,
         "tie_word_embeddings": False,
     },
     # mistralai/Mixtral-8x7B-v0.1 config.json with num_hidden_layers 4 of 32 (12 GB of 93): 8
@@ -977,6 +1006,27 @@ MEMORY_SETS: dict[str, MemorySet] = {
             Row(H, D, "g2b", -1, "qlora", micro_batch=1, seq_len=8192, grad_ckpt=True, alloc=EXP),
             Row(H, P, "g2b", -1, "qlora", micro_batch=1, seq_len=8192, grad_ckpt=True),
             Row(H, D, "l1b", 2, "lora", micro_batch=1, seq_len=8192, grad_ckpt=True, attn="eager", alloc=EXP),
+        ),
+    ),
+    "heldout-offload-norm": MemorySet(
+        about="Full fine-tuning at ZeRO-1/2 with optimizer offload, where DeepSpeed takes each "
+        "gradient's norm on the GPU in the backward's hooks as an fp64 copy (stage_1_and_2.py "
+        "set_norm_for_param_grad_in_gpu): 8 B x the embedding, beside the reduce bucket. The "
+        "estimate changed for it after heldout-users-next's ZeRO-2 offload rows came out -7% to "
+        "-13% with their allocated peaks 1.1-1.4 GiB over the estimate's, so those rows are no "
+        "longer held results and these are: a tied embedding larger than the bucket (Gemma-2-2B), "
+        "untied heads larger than it and within it (Llama-3.1-8B and Mistral-7B, 8 layers each), "
+        "Llama-3.2-3B at a shorter row, ZeRO-1, and PyTorch's default allocator. Every row held, "
+        "committed before the set runs.",
+        committed="(this commit), before the set ran",
+        was="bench/rows.py",
+        rows=(
+            Row(H, D, "g2b", 2, micro_batch=2, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "l8b8", 2, micro_batch=2, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "m7b8", 2, micro_batch=2, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "l3b", 2, micro_batch=2, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "q3", 1, micro_batch=4, grad_ckpt=True, offload="cpu", alloc=EXP),
+            Row(H, D, "q15", 2, micro_batch=2, seq_len=4096, grad_ckpt=True, offload="cpu"),
         ),
     ),
 }

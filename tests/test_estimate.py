@@ -142,6 +142,33 @@ def test_zero2_offload_under_expandable_segments_says_to_leave_headroom(l7) -> N
     assert not noted(stage=2) and not noted(stage=2, offload="cpu", method="lora")
 
 
+def test_zero12_offload_takes_each_gradients_norm_on_the_gpu() -> None:
+    """With optimizer offload ZeRO-1/2 take each gradient's norm in the backward's hooks, an fp64
+    copy of the rank's piece beside the reduce bucket (stage_1_and_2.py
+    set_norm_for_param_grad_in_gpu). A tied embedding's gradient is the backward's last, its copy
+    comes after the activations are freed (at ZeRO-1 it has moved into the bucket by then); an
+    untied head's is the first, beside the kept activations, and a head larger than the bucket is
+    reduced from its own gradient."""
+    tied = resolve_model("qwen2.5-1.5b")
+    big = tied.vocab_size * tied.hidden_size
+    kw: dict[str, Any] = {"offload": "cpu", "micro_batch": 2, "seq_len": 2048, "grad_ckpt": True}
+    kw["bucket_size"] = 500_000_000  # the embedding fits the bucket
+    z2 = estimate(tied, Setup.of(stage=2, **kw))
+    assert z2.step == z2.comm + 8 * big
+    z1 = estimate(tied, Setup.of(stage=1, **kw))
+    assert z1.step == z1.comm + 8 * big - 2 * big
+    on8 = estimate(tied, Setup.of(stage=2, gpus_per_node=8, **kw))
+    assert on8.step == on8.comm + 8 * -(-on8.trainable_params // 8)  # the rank's piece is smaller
+    untied = resolve_model("llama-3.1-8b")
+    head = untied.vocab_size * untied.hidden_size
+    s = Setup.of(stage=2, **kw)  # the head (525M values) is larger than the 5e8 bucket
+    e = estimate(untied, s)
+    assert e.step == e.comm + 2 * head + 8 * head + activation_phases(untied, s)[0]
+    small = estimate(untied, Setup.of(stage=2, **{**kw, "bucket_size": 600_000_000}))
+    phases = activation_phases(untied, s)
+    assert small.step == small.comm + 8 * head + phases[0] + phases[2]  # waits in the bucket
+
+
 def test_pinned_buffers_round_up_to_powers_of_two() -> None:
     """ZeRO-2 offload pins master, grad, bf16 buffer and the largest-param temp (stage_1_and_2);
     Adam m, v are not pinned. Llama-3.2-1B on one GPU: 32.2 GiB; 32.9 and 33.4 measured on

@@ -159,10 +159,10 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
         )
     if opt_off and s.zero.level == 2 and s.kernels.expandable and s.run.model.method == "full":
         notes.append(
-            "full fine-tuning at ZeRO-2 with optimizer offload: the gradients' copies to the "
-            "host hold GPU memory the reserve term counts only in part; held-out runs peaked "
-            "7-16% above this estimate, so leave that headroom (docs/estimate.md, Allocator "
-            "reserve)"
+            "full fine-tuning at ZeRO-2 with optimizer offload: what the allocator holds beside "
+            "the gradients' copies to the host ranged from almost none to 1.5 times the reserve "
+            "counted here in measured runs, and one peaked 13% above this estimate, so leave "
+            "that headroom (docs/estimate.md, Allocator reserve)"
         )
     if opt_off and s.zero.level < 3 and s.zero.offload == "nvme":
         notes.append(
@@ -190,7 +190,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     optim = 0.0 if opt_off else (master + state_b) * p_t / dp
     paged = 0.0 if opt_off else state_b * p_t / dp * _paged_share(spec, s)
     if opt_off:
-        step = 0.0  # DeepSpeed's CPU Adam steps on the host
+        step = 0.0  # DeepSpeed's CPU Adam steps on the host (ZeRO-1/2's norms: below)
     elif not s.deepspeed:
         step = _plain_step(s, t_bytes, p_t)
     elif s.zero.stage == 0:
@@ -220,6 +220,16 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     params_work += max(dequantized, dora_norm_transient(spec, s))
     kept, loss_phase, layer_phase, loss_term = activation_phases(spec, s)
     comm_current, comm_docs = comm_bytes(s, p_t, s.reduce_bucket(spec))
+    if opt_off and s.deepspeed and s.zero.level in (1, 2):
+        step = _offload_norm_phase(spec, s, p_t, largest_t, comm_current, kept, layer_phase)
+        norm = grad_norm_copy(largest_t, -(-p_t // n))
+        if norm >= GIB / 2:
+            notes.append(
+                f"with optimizer offload ZeRO-1/2 take each gradient's norm on the GPU in the "
+                f"backward, as an fp64 copy: {norm / GIB:.1f} GiB for the largest "
+                f"({math.ceil(norm / FP64):,} values), beside the reduce bucket (in the "
+                "optimizer column where it is the peak)"
+            )
     # The loss is the first thing the backward does. At ZeRO 0-2 (and without DeepSpeed) no
     # gradient exists yet then: ZeRO-1/2 allocate the IPG buckets and the gradient partition
     # from the first grad hook (stage_1_and_2.py process_gradients -> setup_buckets, and
@@ -345,6 +355,41 @@ def _zero12_step(partition: int, largest_t: int) -> float:
     piece is over 3/4 of the partition: a trained head or embedding copy beside LoRA adapters
     (--modules-to-save), or an embedding on many GPUs."""
     return float(max(6 * partition, grad_norm_copy(largest_t, partition)))
+
+
+def _offload_norm_phase(
+    spec: ModelSpec,
+    s: Setup,
+    p_t: int,
+    largest_t: int,
+    comm: float,
+    kept: float,
+    layer_phase: float,
+) -> float:
+    """ZeRO-1/2 with optimizer offload, beside the static terms: each gradient's norm is taken on
+    the GPU as its reduce bucket is emptied, in the backward's hooks (stage_1_and_2.py
+    reduce_ipg_grads -> copy_grads_in_partition -> set_norm_for_param_grad_in_gpu), as an fp64
+    copy of the rank's piece (``grad_norm_copy``), beside the bucket; then its fp32 upcast, half
+    that, goes to the host. The largest piece is the embedding or head of a full fine-tune:
+    8 B x 311M values (2.3 GiB) for Qwen3-1.7B, more than its checkpointed backward's peak.
+
+    - A tied embedding's gradient is the backward's last: its copy comes after the activations are
+      freed. At ZeRO-1 (whose grads are all kept, reduced after the backward) that gradient has
+      moved into the bucket, so its own block is free then.
+    - An untied head's gradient is the backward's first: the kept activations are still live, and
+      a layer's backward too if the head waits in the bucket for the next layers' gradients.
+    - A tensor larger than the bucket is reduced from its own gradient, which stays beside it.
+    """
+    norm = grad_norm_copy(largest_t, -(-p_t // s.world_size))
+    raw = BF16 * largest_t if largest_t > s.reduce_bucket(spec) else 0
+    head = spec.vocab_size * spec.hidden_size
+    if largest_t >= head and not spec.tied_embeddings:
+        live = kept + (0.0 if raw else layer_phase)
+    elif s.zero.level == 1 and not raw:
+        live = -BF16 * largest_t  # moved into the bucket, counted there
+    else:
+        live = 0.0
+    return comm + raw + norm + live
 
 
 def _plain_step(s: Setup, t_bytes: int, p_t: int) -> float:
