@@ -1018,7 +1018,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "untied heads larger than it and within it (Llama-3.1-8B and Mistral-7B, 8 layers each), "
         "Llama-3.2-3B at a shorter row, ZeRO-1, and PyTorch's default allocator. Every row held, "
         "committed before the set runs.",
-        committed="(this commit), before the set ran",
+        committed="ec8184f, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(H, D, "g2b", 2, micro_batch=2, grad_ckpt=True, offload="cpu", alloc=EXP),
