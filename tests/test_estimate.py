@@ -167,6 +167,12 @@ def test_zero12_offload_takes_each_gradients_norm_on_the_gpu() -> None:
     small = estimate(untied, Setup.of(stage=2, **{**kw, "bucket_size": 600_000_000}))
     phases = activation_phases(untied, s)
     assert small.step == small.comm + 8 * head + phases[0] + phases[2]  # waits in the bucket
+    # ZeRO-1 reduces in the hooks only with overlap_comm; its gradients are all kept
+    z1_kw = {**kw, "bucket_size": 600_000_000}
+    after = estimate(untied, Setup.of(stage=1, overlap_comm=False, **z1_kw))
+    assert after.step == after.comm + 8 * head - 2 * head
+    during = estimate(untied, Setup.of(stage=1, overlap_comm=True, **z1_kw))
+    assert during.step == during.comm + 8 * head - 2 * head + phases[0] + phases[2]
 
 
 def test_pinned_buffers_round_up_to_powers_of_two() -> None:

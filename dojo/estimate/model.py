@@ -221,8 +221,8 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     kept, loss_phase, layer_phase, loss_term = activation_phases(spec, s)
     comm_current, comm_docs = comm_bytes(s, p_t, s.reduce_bucket(spec))
     if opt_off and s.deepspeed and s.zero.level in (1, 2):
-        step = _offload_norm_phase(spec, s, p_t, largest_t, comm_current, kept, layer_phase)
         norm = grad_norm_copy(largest_t, -(-p_t // n))
+        step = _offload_norm_phase(spec, s, norm, largest_t, comm_current, kept, layer_phase)
         if norm >= GIB / 2:
             notes.append(
                 f"with optimizer offload ZeRO-1/2 take each gradient's norm on the GPU in the "
@@ -360,35 +360,42 @@ def _zero12_step(partition: int, largest_t: int) -> float:
 def _offload_norm_phase(
     spec: ModelSpec,
     s: Setup,
-    p_t: int,
+    norm: float,
     largest_t: int,
     comm: float,
     kept: float,
     layer_phase: float,
 ) -> float:
     """ZeRO-1/2 with optimizer offload, beside the static terms: each gradient's norm is taken on
-    the GPU as its reduce bucket is emptied, in the backward's hooks (stage_1_and_2.py
-    reduce_ipg_grads -> copy_grads_in_partition -> set_norm_for_param_grad_in_gpu), as an fp64
-    copy of the rank's piece (``grad_norm_copy``), beside the bucket; then its fp32 upcast, half
-    that, goes to the host. The largest piece is the embedding or head of a full fine-tune:
-    8 B x 311M values (2.3 GiB) for Qwen3-1.7B, more than its checkpointed backward's peak.
+    the GPU as its reduce bucket is emptied (stage_1_and_2.py reduce_ipg_grads ->
+    copy_grads_in_partition -> set_norm_for_param_grad_in_gpu), as an fp64 copy of the rank's
+    piece (``norm``, ``grad_norm_copy``), beside the bucket; then its fp32 upcast, half that, goes
+    to the host. The largest piece is the embedding or head of a full fine-tune: 8 B x 311M
+    values (2.3 GiB) for Qwen3-1.7B, more than its checkpointed backward's peak. What else is live
+    then depends on when that gradient is reduced:
 
-    - A tied embedding's gradient is the backward's last: its copy comes after the activations are
-      freed. At ZeRO-1 (whose grads are all kept, reduced after the backward) that gradient has
-      moved into the bucket, so its own block is free then.
-    - An untied head's gradient is the backward's first: the kept activations are still live, and
-      a layer's backward too if the head waits in the bucket for the next layers' gradients.
-    - A tensor larger than the bucket is reduced from its own gradient, which stays beside it.
+    - in the backward's hooks (ZeRO-2, and ZeRO-1 with overlap_comm): a tied embedding's gradient
+      is the backward's last, after the activations are freed; an untied head's is the first,
+      beside the kept activations, and a layer's backward too when the head waits in the bucket
+      for the next layers' gradients (so does any other tensor, reduced inside its layer's
+      backward);
+    - after the backward (ZeRO-1 without overlap_comm, stage_1_and_2.py reduce_gradients): the
+      activations are freed.
+
+    A tensor larger than the bucket is reduced from its own gradient, which stays beside the
+    copy; a smaller one has moved into the bucket, and at ZeRO-1, whose gradients are all kept
+    (the static terms), its own block is free then.
     """
-    norm = grad_norm_copy(largest_t, -(-p_t // s.world_size))
     raw = BF16 * largest_t if largest_t > s.reduce_bucket(spec) else 0
     head = spec.vocab_size * spec.hidden_size
-    if largest_t >= head and not spec.tied_embeddings:
-        live = kept + (0.0 if raw else layer_phase)
-    elif s.zero.level == 1 and not raw:
-        live = -BF16 * largest_t  # moved into the bucket, counted there
-    else:
+    if (s.zero.level == 1 and not s.overlap) or (largest_t == head and spec.tied_embeddings):
         live = 0.0
+    elif largest_t == head and raw:
+        live = kept
+    else:
+        live = kept + layer_phase
+    if s.zero.level == 1 and not raw:
+        live -= BF16 * largest_t
     return comm + raw + norm + live
 
 

@@ -169,7 +169,8 @@ def keeps_grad_partition(run: Run) -> bool:
 def gpu_step_partition(s: Setup, p_t: int) -> int | None:
     """The rank's gradient partition where ZeRO-1/2 step it on the GPU, rounded up (DeepSpeed
     pads the flat groups to split evenly); None at ZeRO-0/3, without DeepSpeed, or with optimizer
-    offload (the norm and step are taken on the host's copy)."""
+    offload (the step is taken on the host; each gradient's norm on the GPU in the backward,
+    ``dojo.estimate.model._offload_norm_phase``)."""
     if not _zero12_on_gpu(s.zero):
         return None
     return -(-p_t // s.world_size)
