@@ -173,6 +173,8 @@ def test_zero12_offload_takes_each_gradients_norm_on_the_gpu() -> None:
     assert after.step == after.comm + 8 * head - 2 * head
     during = estimate(untied, Setup.of(stage=1, overlap_comm=True, **z1_kw))
     assert during.step == during.comm + 8 * head - 2 * head + phases[0] + phases[2]
+    own = estimate(untied, Setup.of(stage=1, overlap_comm=False, **kw))  # head beyond the bucket
+    assert own.step == own.comm + 8 * head  # its gradient is one of the kept ones
 
 
 def test_pinned_buffers_round_up_to_powers_of_two() -> None:

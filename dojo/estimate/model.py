@@ -383,8 +383,8 @@ def _offload_norm_phase(
       activations are freed.
 
     A tensor larger than the bucket is reduced from its own gradient, which stays beside the
-    copy; a smaller one has moved into the bucket, and at ZeRO-1, whose gradients are all kept
-    (the static terms), its own block is free then. The copy's size and when it comes (tied,
+    copy (at ZeRO-1, whose gradients are all kept, the static terms count it already); a smaller
+    one has moved into the bucket, and at ZeRO-1 its own block is free then. The copy's size and when it comes (tied,
     untied, ZeRO-1 and 2) are measured on the CPU by bench/offload_norm_cpu.py.
     """
     raw = BF16 * largest_t if largest_t > s.reduce_bucket(spec) else 0
@@ -395,8 +395,8 @@ def _offload_norm_phase(
         live = kept
     else:
         live = kept + layer_phase
-    if s.zero.level == 1 and not raw:
-        live -= BF16 * largest_t
+    if s.zero.level == 1:  # its gradients are all in the static terms, this one too
+        return comm + norm + live - (0 if raw else BF16 * largest_t)
     return comm + raw + norm + live
 
 
