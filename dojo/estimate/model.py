@@ -384,11 +384,12 @@ def _offload_norm_phase(
 
     A tensor larger than the bucket is reduced from its own gradient, which stays beside the
     copy (at ZeRO-1, whose gradients are all kept, the static terms count it already); a smaller
-    one has moved into the bucket, and at ZeRO-1 its own block is free then. The copy's size and when it comes (tied,
-    untied, ZeRO-1 and 2) are measured on the CPU by bench/offload_norm_cpu.py.
+    one has moved into the bucket, and at ZeRO-1 its own block is free then. The copy's size and
+    when it comes (tied, untied, ZeRO-1 and 2) are measured on the CPU by
+    bench/offload_norm_cpu.py.
     """
     raw = BF16 * largest_t if largest_t > s.reduce_bucket(spec) else 0
-    head = spec.vocab_size * spec.hidden_size
+    head = spec.embedding_params  # an untied head is the embedding's size
     if (s.zero.level == 1 and not s.overlap) or (largest_t == head and spec.tied_embeddings):
         live = 0.0
     elif largest_t == head and raw:
