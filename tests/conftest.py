@@ -29,6 +29,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Every property test runs the same examples on every run and machine (derandomize), so a CI
+# failure is reproducible with the same command, and no timing check decides it: CI's 2 shared
+# cores make a slow example slow, not wrong. Tests' own @settings inherit these fields unless
+# they set them. HYPOTHESIS_PROFILE=explore draws new examples each run (a longer local hunt).
+_TIMING = [HealthCheck.too_slow]
+settings.register_profile("dojo", derandomize=True, deadline=None, suppress_health_check=_TIMING)
+settings.register_profile("explore", deadline=None, suppress_health_check=_TIMING)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dojo"))
 
 # What dojo.train.preflight.check_extras looks for (find_spec: nothing is imported).
 TRAIN_MISSING = [

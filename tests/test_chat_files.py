@@ -329,7 +329,9 @@ def _cli_survives(cli, path: Path) -> None:
 
 @pytest.mark.slow  # hypothesis: seconds; `make test` runs it
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(st.binary(max_size=200) | st.sampled_from([b"[", b"{", b'"\\ud800"', b"\xff\xfe"]))
 def test_fuzz_any_bytes_as_messages(cli, tmp_path: Path, data: bytes) -> None:
@@ -340,7 +342,9 @@ def test_fuzz_any_bytes_as_messages(cli, tmp_path: Path, data: bytes) -> None:
 
 @pytest.mark.slow  # hypothesis: seconds; `make test` runs it
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(json_like, st.integers(min_value=0, max_value=3000))
 def test_fuzz_any_json_as_messages(cli, tmp_path: Path, record: object, depth: int) -> None:
