@@ -202,6 +202,8 @@ def test_template_raise_becomes_one_error_line(cli, tmp_path: Path) -> None:
 
 def test_tty_paths_use_rich(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("dojo._output.stdout_is_tty", lambda: True)
+    # rich cuts cells to the terminal's width, which must not be the runner's
+    monkeypatch.setenv("COLUMNS", "160")
     r = cli("chat-template", "check", "--template", "chatml")
     assert r.exit_code == 0, r.stderr
     assert "[[" not in r.stdout and "The answer is 6.<|im_end|>" in r.stdout
