@@ -1,6 +1,7 @@
 """`dojo chat-template list/show/render/check` through the real entry point."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -209,6 +210,26 @@ def test_tty_paths_use_rich(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "[[" not in r.stdout and "The answer is 6.<|im_end|>" in r.stdout
     r = cli("chat-template", "list")
     assert r.exit_code == 0 and "chatml" in r.stdout
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_tty_list_never_cuts_a_template_name(cli, monkeypatch: pytest.MonkeyPatch, columns: int):
+    """A name is what --template takes: on an 80-column terminal the model id column goes (it is
+    in --json), and every name stays whole; a wide one has room for both."""
+    from dojo.chat.listing import bundled_rows
+
+    monkeypatch.setattr("dojo._output.stdout_is_tty", lambda: True)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    r = cli("chat-template", "list")
+    assert r.exit_code == 0, r.stderr
+    text = re.sub(r"\x1b\[[0-9;]*m", "", r.stdout)  # styles, where FORCE_COLOR asks for them
+    assert "…" not in text and max(map(len, text.splitlines())) <= columns
+    rows = bundled_rows()
+    cells = {c.strip() for line in text.splitlines() for c in line.split("│")}
+    assert {str(row["name"]) for row in rows} <= cells
+    models = {str(row["model"]) for row in rows}
+    assert (models <= cells) == (columns == 160)
+    assert ("model ids: --json" in text) == (columns == 80)
 
 
 # ---------------------------------------------------------------- --tools, UTF-16

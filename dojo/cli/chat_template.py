@@ -67,16 +67,22 @@ def list_cmd(as_json: JsonOpt = False) -> None:
         [str(r["name"]), str(r["family"])] + [_yn(r[k]) for k in header[2:6]] + [str(r["model"])]
         for r in rows
     ]
+    widths = [max(len(x) for x in col) for col in zip(header, *table, strict=False)]
     if _output.stdout_is_tty():
         from rich.console import Console
         from rich.table import Table
 
-        rt = Table(*header)
+        console = Console()
+        # A rich table's width: each cell's text, its two padding spaces, one border per column
+        # and one more. When it is wider than the terminal, rich cuts cells to "…", names too,
+        # and a name is what --template takes: the model id column goes first (it is in --json).
+        fits = sum(widths) + 3 * len(widths) + 1 <= console.width
+        keep = len(header) if fits else len(header) - 1
+        rt = Table(*header[:keep], caption=None if fits else "model ids: --json")
         for row in table:
-            rt.add_row(*row)
-        Console().print(rt)
+            rt.add_row(*row[:keep])
+        console.print(rt)
         return
-    widths = [max(len(x) for x in col) for col in zip(header, *table, strict=False)]
     for row in [header, *table]:
         _output.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
