@@ -67,22 +67,26 @@ def list_cmd(as_json: JsonOpt = False) -> None:
         [str(r["name"]), str(r["family"])] + [_yn(r[k]) for k in header[2:6]] + [str(r["model"])]
         for r in rows
     ]
-    widths = [max(len(x) for x in col) for col in zip(header, *table, strict=False)]
     if _output.stdout_is_tty():
         from rich.console import Console
         from rich.table import Table
 
+        def rich_table(cols: int, caption: str | None = None) -> Table:
+            rt = Table(*header[:cols], caption=caption)
+            for row in table:
+                rt.add_row(*row[:cols])
+            return rt
+
         console = Console()
-        # A rich table's width: each cell's text, its two padding spaces, one border per column
-        # and one more. When it is wider than the terminal, rich cuts cells to "…", names too,
-        # and a name is what --template takes: the model id column goes first (it is in --json).
-        fits = sum(widths) + 3 * len(widths) + 1 <= console.width
-        keep = len(header) if fits else len(header) - 1
-        rt = Table(*header[:keep], caption=None if fits else "model ids: --json")
-        for row in table:
-            rt.add_row(*row[:keep])
+        rt = rich_table(len(header))
+        # A table wider than the terminal has its cells cut to "…" by rich, names too, and a
+        # name is what --template takes: the model id column goes first (it is in --json).
+        unbounded = console.options.update_width(sys.maxsize)
+        if console.measure(rt, options=unbounded).maximum > console.width:
+            rt = rich_table(len(header) - 1, caption="model ids: --json")
         console.print(rt)
         return
+    widths = [max(len(x) for x in col) for col in zip(header, *table, strict=False)]
     for row in [header, *table]:
         _output.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
