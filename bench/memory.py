@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
 from provenance import git_commit, gpu_name  # noqa: E402
-from rows import MEMORY_SETS, Row, objective_of  # noqa: E402
+from rows import MEMORY_SETS, Row, crashed, objective_of  # noqa: E402
 from workload import (  # noqa: E402
     fixed_data,
     pack_data,
@@ -150,6 +150,10 @@ def command(row: Row, model: Path, data: Path, run_dir: Path, gpu: int = 0) -> l
         # rows run side by side on one GPU, and an expect_oom row is one dojo refuses
         "--output-dir", str(run_dir), "--force", "--skip-fit-check",
     ]  # fmt: skip
+
+
+class Stopped(BaseException):
+    """The call's time limit (timeout(1)'s SIGTERM) ended the run; main exits 124 on it."""
 
 
 def dojo_cli(argv: list[str]) -> str:
@@ -312,13 +316,11 @@ def rows_of(name: str, only: list[str] | None) -> list[Row]:
 
 
 def left_after(name: str, only: list[str] | None, done_file: Path) -> list[str]:
-    """The labels of ``name`` (or of ``only``) that ``done_file`` has no run of, in the set's
-    order: what a set's next GPU call runs (its call record then names them, as --only does)."""
-    done = (
-        {m["row"] for m in json.loads(done_file.read_text())["rows"]}
-        if done_file.exists()
-        else set()
-    )
+    """The labels of ``name`` (or of ``only``) that ``done_file`` has no run of, or only a
+    crashed one, in the set's order: what a set's next GPU call runs (its call record then names
+    them, as --only does)."""
+    results = json.loads(done_file.read_text())["rows"] if done_file.exists() else []
+    done = {m["row"] for m in results if not crashed(m)}
     left = [r.label() for r in rows_of(name, only) if r.label() not in done]
     if not left:
         raise SystemExit(f"every row of {name} asked for is in {done_file}: nothing left to run")
@@ -502,7 +504,7 @@ def run_gpu(a: argparse.Namespace) -> None:
         for r in list(running.values()):
             os.killpg(r.proc.pid, 9)
         maker.kill()
-        sys.exit(124)
+        raise Stopped  # not SystemExit: dojo_cli, which may be running, takes that as dojo's
 
     signal.signal(signal.SIGTERM, stop)
     sampler.start()
@@ -608,7 +610,10 @@ def main() -> None:
     elif not a.out:
         ap.error("--out FILE is needed to run on the GPU (or --dry-run)")
     else:
-        run_gpu(a)
+        try:
+            run_gpu(a)
+        except Stopped:
+            sys.exit(124)  # the rows that finished are in --out already
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ Shapes: the architectures rows train, by key (``SHAPES``): names in dojo.archite
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 SHAPES = {
     "l1b": "llama-3.2-1b",  # tied, GQA 32/8, 128k vocabulary
@@ -229,6 +230,13 @@ class MemorySet:
     about: str  # what the rows probe
     committed: str  # commit(s) where the rows were first committed, before they ran
     was: str  # the file they were committed in (git show COMMIT:FILE)
+
+
+def crashed(result: dict[str, Any]) -> bool:
+    """A memory row's result that measured nothing: the run failed, not out of memory and not
+    stopped for the host's RAM (either of which is the measurement). A set's next call
+    (bench/memory.py --skip-done) runs it again."""
+    return bool(result.get("rc")) and not result.get("oom") and not result.get("host_killed")
 
 
 D, P = "dojo", "plain"

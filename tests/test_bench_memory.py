@@ -236,9 +236,28 @@ def test_a_sets_next_call_runs_the_rows_left(bench: None, tmp_path: Path) -> Non
     labels = [r.label() for r in rows.MEMORY_SETS["heldout-users-next"].rows]
     done = tmp_path / "memory-heldout-users-next.json"
     assert memory.left_after("heldout-users-next", None, done) == labels  # no file yet: all
-    done.write_text(json.dumps({"rows": [{"row": labels[0]}, {"row": labels[5]}]}))
-    left = memory.left_after("heldout-users-next", None, done)
-    assert left == [x for i, x in enumerate(labels) if i not in (0, 5)]
+    crashed, oom = {"row": labels[2], "rc": -9}, {"row": labels[3], "rc": 1, "oom": True}
+    ran = [{"row": labels[0], "rc": 0}, {"row": labels[5], "refused": "e"}, crashed, oom]
+    done.write_text(json.dumps({"rows": ran}))
+    left = memory.left_after("heldout-users-next", None, done)  # a crashed row runs again
+    assert left == [x for i, x in enumerate(labels) if i not in (0, 3, 5)]
     assert memory.left_after("heldout-users-next", labels[:2], done) == [labels[1]]
     with pytest.raises(SystemExit, match="nothing left to run"):
         memory.left_after("heldout-users-next", [labels[0]], done)
+
+
+def test_the_calls_time_limit_is_not_taken_for_a_refusal(
+    bench: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop on the call's time limit can land while `dojo estimate` runs in the process:
+    it ends the call, where a SystemExit would have read as dojo refusing the row."""
+    import dojo.cli
+
+    memory = importlib.import_module("memory")
+
+    def stopped(argv: list[str]) -> None:
+        raise memory.Stopped
+
+    monkeypatch.setattr(dojo.cli, "main", stopped)
+    with pytest.raises(memory.Stopped):
+        memory.dojo_cli(["estimate"])

@@ -85,12 +85,13 @@ def test_merge_keeps_each_call(report: object, tmp_path: Path) -> None:
 
 
 def test_merge_keeps_a_crashed_rows_rerun_only(report: object, tmp_path: Path) -> None:
-    """A row that crashed in one call and ran again in a later one is shown once, as rerun; an
-    out-of-memory row is a result and stays beside its rerun."""
+    """A row that crashed or was refused in one call and ran again in a later one is shown
+    once, as rerun; an out-of-memory row is a result and stays beside its rerun."""
     first = {"benchmark": "memory", "set": "x", "command": "c", "calls": [{"command": "m"}],
              "rows": [{"row": "crash", "rc": 1}, {"row": "oom", "rc": 1, "oom": True},
-                      {"row": "ok", "rc": 0}]}  # fmt: skip
-    again = {**first, "rows": [{"row": "crash", "rc": 0}, {"row": "oom", "rc": 0}]}
+                      {"row": "ok", "rc": 0}, {"row": "refused", "refused": "e"}]}  # fmt: skip
+    again = {**first, "rows": [{"row": "crash", "rc": 0}, {"row": "oom", "rc": 0},
+                               {"row": "refused", "rc": 0}]}  # fmt: skip
     for name, doc in (("one", first), ("two", again)):
         (tmp_path / f"{name}.json").write_text(json.dumps(doc))
     report.merge([tmp_path / "one.json", tmp_path / "two.json"], tmp_path / "o.json")  # type: ignore[attr-defined]
@@ -100,6 +101,7 @@ def test_merge_keeps_a_crashed_rows_rerun_only(report: object, tmp_path: Path) -
         ("ok", 0),
         ("crash", 1),
         ("oom", 1),
+        ("refused", 1),
     ]
 
 
