@@ -24,7 +24,7 @@ RESULTS = BENCH / "results"
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
-from rows import MEMORY_SETS, SPEED_SETS, Row  # noqa: E402
+from rows import MEMORY_SETS, SPEED_SETS, Row, crashed  # noqa: E402
 
 HEAD = """# Benchmarks
 
@@ -459,7 +459,10 @@ def speed() -> list[str]:
         "1b-lora-longtail trains one sample of up to 16,384 tokens a "
         "micro-batch: the packers fill it, while the plain script, which does not pack, takes one "
         "chat of the mix a step (about 300 tokens at 0.55 s a step), so its ratio measures "
-        "packing more than anything else. A call with fewer steps shows only the windows it "
+        "packing more than anything else. On 1b-lora and 1b-qlora calls 0 and 2 ran at a "
+        "commit where dojo's default did not compile; it compiles those rows now, 1.39x and "
+        "1.56x the uncompiled run's tokens/s in one call (the variants' call 5, below), and the "
+        "peer rows have not run again since. A call with fewer steps shows only the windows it "
         "reached; one with one run a system (repeats 1) has no min-max, as has a system whose "
         "last run the call's time limit cut (dojo in call 7). Rows not listed under a call were "
         "not run yet.",
@@ -470,17 +473,22 @@ def speed() -> list[str]:
         "script in the same call for the ratio where the call ran it. On 7b-full-z3-ckpt the "
         "row's --zero 3 is the user's choice, and --zero none trains bf16 weights and AdamW "
         "states (no fp32 master copy: docs/train.md, runs without DeepSpeed), so it is faster at "
-        "half the memory but not the same training. --compile on (which makes --liger loss "
-        "and --attn sdpa) ran 3-9% faster than the default in steps 2-20 on 1b-lora and "
-        "1b-qlora (calls 3 and 4), then lost it at steps 21-30: the mix's first micro-batch of "
-        "four whole samples (step 23) compiles the layers again, about 7 s in a machine's first such "
-        "run and about 1 s in the next (Inductor's cache), so over 30 steps the compiled runs "
-        "made 0.44-0.67x the default's tokens/s; call 2's 20 steps stop before step 23. Those "
-        "rows have no sample boundary, so transformers gave the layers no mask where they were "
-        "compiled for one; compiled runs now pad packed rows of several samples to one width "
-        "with a padding sample (docs/train.md), which these calls did not yet do. dojo's own "
-        "runs of one row vary from call to call on the same kind of card (1b-qlora's default: "
-        "35,952-40,497 in call 2, 48,872 in call 4), so a ratio holds only within its call.",
+        "half the memory but not the same training. Calls 0-5 ran at commits where dojo's "
+        "default never compiled: there \"dojo\" is the uncompiled run and --compile on (which "
+        "makes --liger loss and --attn sdpa) the compiled one, dojo's default for packed LoRA "
+        "and QLoRA since (docs/train.md). In calls 3 and 4 compiled runs did not yet pad packed "
+        "rows to one width: 3-9% faster than the default in steps 2-20, then the mix's first "
+        "micro-batch of four whole samples (step 23) compiled the layers again, and over 30 "
+        "steps they made 0.44-0.67x the default's tokens/s. Call 5 pads them: no run compiled "
+        "a graph after step 1, the windows hold, and the compiled runs made 1.39x (1b-lora) "
+        "and 1.56x (1b-qlora) the uncompiled tokens/s after step 1, 72 and 101 ms less a step. "
+        "Call 5 ran without a warm-up (WARMUP=0), so each system's first run shows a machine's "
+        "first compile: steps 1-10 took about 20 s longer than uncompiled ones there and 3-9 s "
+        "in the second runs (Inductor's cache), which a run repays after about 50-90 steps "
+        "with the cache and 200-320 steps without. The uncompiled runs of one row vary from "
+        "call to call on the same kind of card (1b-qlora: 29,106 in call 5, 38,224 in call 2, "
+        "48,872 in call 4) while the compiled ones held 44,070-47,001 in calls 2 and 5, so a "
+        "ratio holds only within its call.",
     )  # fmt: skip
     out += speed_section(
         "fixed", "Fixed-length rows (secondary)",
@@ -547,10 +555,6 @@ def page() -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
-def _crashed(row: dict[str, Any]) -> bool:
-    return bool(row.get("rc")) and not row.get("oom") and not row.get("host_killed")
-
-
 def merge(files: list[Path], out: Path) -> None:
     """One result file from several calls of one benchmark and set (memory: rows by call)."""
     docs = [json.loads(f.read_text()) for f in files]
@@ -566,8 +570,8 @@ def merge(files: list[Path], out: Path) -> None:
             base = len(calls)
             calls += d["calls"]
             again = {r["row"] for r in d["rows"]}
-            # a row that crashed (not out of memory) and ran again later keeps only its rerun
-            rows = [r for r in rows if not (r["row"] in again and _crashed(r))]
+            # a row that crashed or was refused and ran again later keeps only its rerun
+            rows = [r for r in rows if not (r["row"] in again and (crashed(r) or "refused" in r))]
             rows += [{**r, "call": base + r.get("call", 0)} for r in d["rows"]]
         first["calls"], first["rows"] = calls, rows
     out.write_text(json.dumps(first, indent=1) + "\n")

@@ -57,18 +57,21 @@ def test_a_variant_replaces_the_row_flag_it_names(bench: None) -> None:
 
 
 def test_variants_resolving_to_the_defaults_are_left_out(bench: None, tmp_path: Path) -> None:
-    """dojo never compiles by default, so --compile off is the defaults' own run on every row;
-    the other variants differ."""
+    """A variant that resolves to dojo's own defaults is the same run, left out: on packed LoRA
+    compile's auto is on (so --compile on, --liger loss and --attn sdpa are the defaults' run);
+    on full fine-tuning it is off."""
     speed = importlib.import_module("speed")
     rows = importlib.import_module("rows")
     workload = importlib.import_module("workload")
     cases = rows.SPEED_SETS["peer-variants"]
     keep, skipped = speed.systems_of(cases["1b-lora"], workload.write_config("l1b", tmp_path))
-    assert set(skipped) == {"dojo --compile off"}
-    assert keep == ["plain", "dojo", "dojo --compile on", "dojo --liger off", "dojo --liger loss",
-                    "dojo --attn sdpa", "dojo --zero 0", "dojo --zero none"]  # fmt: skip
+    assert set(skipped) == {"dojo --compile on", "dojo --liger loss", "dojo --attn sdpa"}
+    assert keep == ["plain", "dojo", "dojo --compile off", "dojo --liger off", "dojo --zero 0",
+                    "dojo --zero none"]  # fmt: skip
     keep, skipped = speed.systems_of(cases["1b-full"], workload.write_config("l1b", tmp_path))
     assert set(skipped) == {"dojo --compile off"}
+    keep, skipped = speed.systems_of(cases["8b-lora-ckpt"], workload.write_config("l8b", tmp_path))
+    assert set(skipped) == {"dojo --compile off"}  # checkpointed: compile's auto is off
 
 
 def test_plan_warms_each_system_once_then_alternates(bench: None, tmp_path: Path) -> None:

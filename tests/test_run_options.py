@@ -203,14 +203,41 @@ def test_liger_auto_follows_the_machine_and_compile() -> None:
         run_of(liger="loss")
 
 
-def test_compile_is_off_unless_asked() -> None:
-    """The first step's compile repays itself only over a long run: the default never
-    compiles; --compile on is kept where asked."""
+def test_compile_auto_is_on_only_where_it_was_measured_to_pay() -> None:
+    """Packed LoRA and QLoRA of a Llama-type model on CUDA compile by default (one width a row:
+    the layers compile once); every run outside what was measured stays uncompiled, and an
+    explicit --compile is kept."""
+    from dojo.modelspec import resolve_model
+
     rich = dataclasses.replace(CUDA, liger=True)
-    for other in ({"method": "lora", "packing": True}, {"method": "qlora", "grad_ckpt": True},
-                  {"method": "full"}):  # fmt: skip
-        assert not run_of(rich, **other).kernels.compiled, other
-    assert run_of(rich, method="lora", packing=True, compile="on").kernels.compiled
+    llama = resolve_model("llama-3.2-1b")
+    lora = {"method": "lora", "packing": True}
+    on = run_of(rich, llama, **lora)
+    assert on.kernels.compiled and on.kernels.liger == "loss" and on.kernels.attn == "sdpa"
+    assert any(a.startswith("compile on: packed LoRA") for a in on.assumed)
+    assert run_of(rich, llama, **{**lora, "method": "qlora"}).kernels.compiled
+    assert run_of(CUDA, resolve_model("qwen2.5-1.5b"), **lora).kernels.compiled  # no Liger
+    for stage in (0, 1, "none"):
+        assert run_of(rich, llama, stage=stage, **lora).kernels.compiled, stage
+    for machine, spec, other in (
+        (CPU, llama, lora),
+        (rich, llama, {**lora, "packing": False}),  # padded rows change shape every batch
+        (rich, llama, {**lora, "grad_ckpt": True}),
+        (rich, llama, {**lora, "stage": 3}),
+        (rich, llama, {**lora, "offload": "cpu", "optimizer": "ds"}),
+        (rich, llama, {**lora, "liger": "on"}),  # refused together when asked
+        (rich, llama, {**lora, "attn": "sdpa_varlen"}),  # would split every compiled layer
+        (rich, llama, {**lora, "precision": "fp16"}),
+        (rich, llama, {"method": "lora", "objective": "dpo"}),  # never packed
+        (rich, llama, {"packing": True}),  # full fine-tuning
+        (rich, resolve_model("mistral-7b-v0.3"), lora),
+        (rich, None, lora),  # a model dojo does not know
+    ):
+        run = run_of(machine, spec, **other)
+        assert not run.kernels.compiled, other
+        assert not any(a.startswith("compile on") for a in run.assumed), other
+    assert not run_of(rich, llama, compile="off", **lora).kernels.compiled  # asked: kept
+    assert run_of(rich, llama, method="full", compile="on").kernels.compiled
     with pytest.raises(ConfigError, match="--compile on needs CUDA"):
         run_of(CPU, compile="on")
 
@@ -226,7 +253,7 @@ def test_compile_keeps_the_liger_memory_of_the_run() -> None:
     spec = resolve_model("llama-3.2-1b")
     lora = {"method": "lora", "packing": True, "micro_batch": 4, "seq_len": 2048, "attn": "sdpa"}
     compiled = resolve.resolve(values(**lora, compile="on"), machine=rich, spec=spec)
-    liger = resolve.resolve(values(**lora), machine=rich, spec=spec)
+    liger = resolve.resolve(values(**lora, compile="off"), machine=rich, spec=spec)
     bare = resolve.resolve(values(**lora, liger="off", compile="on"), machine=rich, spec=spec)
     assert compiled.kernels.compiled and not liger.kernels.compiled and bare.kernels.compiled
 
@@ -246,7 +273,8 @@ def test_attn_auto_is_sdpa_varlen_where_it_was_measured() -> None:
     run = run_of(CUDA, llama, **packed)
     assert run.kernels.attn == "sdpa_varlen"
     assert any(a.startswith("attn sdpa_varlen: packed samples") for a in run.assumed)
-    assert run_of(CUDA, qwen, method="lora", **packed).kernels.attn == "sdpa_varlen"
+    lora = {"method": "lora", "compile": "off", **packed}  # compile's auto would take sdpa
+    assert run_of(CUDA, qwen, **lora).kernels.attn == "sdpa_varlen"
     for machine, spec, other in (
         (CUDA, llama, {"packing": False}),  # padded rows: nothing to keep apart
         (CPU, llama, packed),

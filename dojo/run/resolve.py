@@ -100,7 +100,8 @@ def resolve(
     full = not o.model.adapters
     preference = o.objective.preference
     kernels = resolve_kernels(o.kernels, machine=machine, spec=spec, packing=o.data.packing,
-                              said=said, preference=preference)  # fmt: skip
+                              said=said, preference=preference, adapters=o.model.adapters,
+                              stage=o.zero.stage, offload=o.zero.offload)  # fmt: skip
     world = max(1, gpus_per_node) * o.devices.num_nodes if world_known else None
     zero = resolve_zero(o.zero, full=full, spec=spec, adapter_params=adapter_params(o, spec),
                         world=world, given=given, said=said)  # fmt: skip

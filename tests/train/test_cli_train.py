@@ -576,7 +576,9 @@ CAP = -1
         (["--method", "lora", "--zero", "2"], "LORA", False),  # adapters: one bucket
         (["--method", "full", "--zero", "2", "--compile", "off"], CAP, False),
         (["--method", "lora", "--zero", "3", "--compile", "on"], 64 * 64, True),
-        (["--method", "lora", "--zero", "2", "--packing"], "LORA", False),  # never by default
+        (["--method", "lora", "--zero", "2", "--packing"], "LORA", True),  # compile's auto
+        (["--method", "lora", "--zero", "2", "--packing", "--grad-ckpt"], "LORA", False),
+        (["--method", "lora", "--zero", "2", "--packing", "--compile", "off"], "LORA", False),
         (["--method", "lora", "--zero", "2", "--packing", "--compile", "on"], "LORA", True),
         (["--method", "lora", "--zero", "3", "--packing"], 64 * 64, False),
     ],
