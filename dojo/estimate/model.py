@@ -32,6 +32,7 @@ from dojo.estimate.reserve import (
     gpu_step_partition,
     grad_norm_copy,
     keeps_grad_partition,
+    offload_init_hold,
     step_pages_hole,
     step_remap,
 )
@@ -157,12 +158,13 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
             f"reference model: a frozen bf16 copy of the weights, {reference / GIB:.2f} GiB per "
             "GPU (in the params column)" + (" sharded like the policy" if z3 else "")
         )
-    if opt_off and s.zero.level == 2 and s.kernels.expandable and s.run.model.method == "full":
+    if opt_off and s.zero.level in (1, 2) and s.kernels.expandable and s.run.model.method == "full":
         notes.append(
-            "full fine-tuning at ZeRO-2 with optimizer offload: what the allocator holds beside "
-            "the gradients' copies to the host ranged from almost none to 1.5 times the reserve "
-            "counted here in measured runs, and one peaked 13% above this estimate, so leave "
-            "that headroom (docs/estimate.md, Allocator reserve)"
+            "full fine-tuning at ZeRO-1/2 with optimizer offload: the reserve counted here is the "
+            "larger of what DeepSpeed's set-up leaves reserved and what the gradients' copies to "
+            "the host hold; where training's blocks nearly fill the set-up's pages, measured runs "
+            "peaked up to 1.2 GiB above both, so leave that headroom (docs/estimate.md, "
+            "Allocator reserve)"
         )
     if opt_off and s.zero.level < 3 and s.zero.offload == "nvme":
         notes.append(
@@ -295,7 +297,16 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     load_excess = kbit_load_peak(spec, s) - trained
     if load_excess > 0:
         reserve += load_excess
+        trained += load_excess
         notes.append(load_note(s, load_excess / GIB))
+    init_excess = offload_init_hold(s, params, p_t) - trained
+    if init_excess > 0:
+        reserve += init_excess
+        notes.append(
+            f"DeepSpeed's set-up holds {init_excess / GIB:.1f} GiB more than training (in the "
+            "reserve column): the loaded bf16 weights, their flat copy and the partition's copy "
+            "on its way to the host stay reserved for training to reuse"
+        )
     c = host_terms(spec, s, p_t, largest_t, stored)
     if c["nvme"]:
         notes.append(f"NVMe holds {c['nvme'] / GIB:.1f} GiB per node")
