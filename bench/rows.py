@@ -1048,7 +1048,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "ZeRO-2; TinyLlama at ZeRO-1; Llama-3.2-1B without checkpointing at 4k, where training "
         "outgrows the set-up's pages; Mistral-7B at 8 layers under PyTorch's default allocator). "
         "Every row held, committed before the set runs.",
-        committed="(this commit), before the set ran",
+        committed="d4eadf0, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(H, D, "q05", 2, micro_batch=4, grad_ckpt=True, offload="cpu", alloc=EXP),
