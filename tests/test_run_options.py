@@ -214,7 +214,7 @@ def test_compile_auto_is_on_only_where_it_was_measured_to_pay() -> None:
     lora = {"method": "lora", "packing": True}
     on = run_of(rich, llama, **lora)
     assert on.kernels.compiled and on.kernels.liger == "loss" and on.kernels.attn == "sdpa"
-    assert any(a.startswith("compile on: packed LoRA") for a in on.assumed)
+    assert any(a.startswith("compile on: packed 1B LoRA") for a in on.assumed)
     assert run_of(rich, llama, **{**lora, "method": "qlora"}).kernels.compiled
     assert run_of(CUDA, resolve_model("qwen2.5-1.5b"), **lora).kernels.compiled  # no Liger
     for stage in (0, 1, "none"):
