@@ -70,8 +70,8 @@ class KernelOptions:
         "auto",
         "torch.compile each decoder layer: auto | on | off",
         "auto = on for packed LoRA and QLoRA runs of Llama, Qwen2 and Qwen3 models on CUDA "
-        "without checkpointing or offload (ZeRO 0-2 or none): 1.4-1.6x the uncompiled run's "
-        "tokens/s after the first step, which compiles the layers (about 20 s, 3-9 s from "
+        "without checkpointing or offload (ZeRO 0-2 or none): 1B runs made 1.4-1.6x the "
+        "uncompiled tokens/s after the first step, which compiles the layers (about 20 s, 3-9 s from "
         "Inductor's cache); packed rows are then padded to one width so the layers compile "
         "once (docs/train.md#kernels-attention-and-compile-the-auto-rules)",
         commands=PLAN,
