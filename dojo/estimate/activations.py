@@ -111,7 +111,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     # under transformers 5.17 show no such cost, and charging it put them 4-10% over.
     a_layer = tokens * per_token
     eager = s.attention == "eager"
-    scores = spec.num_heads * s.run.data.seq_len * tokens  # eager's score elements, a layer
+    scores = eager_scores(spec, setup)
     softcap = eager and spec.model_type in SOFTCAP_MODEL_TYPES
     # eager keeps its fp32 softmax + bf16 probabilities (CPU); with the soft-cap (scores / cap ->
     # tanh -> * cap) tanh keeps its bf16 output too (CPU, tiny Gemma-2 against Llama:
@@ -169,6 +169,15 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     if s.zero.stage == 3 and s.deepspeed and not s.kernels.grad_ckpt and full_kernels:
         kept += int(cal.zero3_kept_per_token_h * tokens * h) * spec.num_layers
     return int(kept), int(logits + loss_tail), int(layer_extra), int(logits)
+
+
+def eager_scores(spec: ModelSpec, setup: Setup) -> int:
+    """Eager attention's score elements in one layer: heads x seq-len x the micro-batch's
+    tokens (0 under any other attention kernel)."""
+    if setup.attention != "eager":
+        return 0
+    tokens = setup.batch_rows * setup.run.data.seq_len
+    return spec.num_heads * setup.run.data.seq_len * tokens
 
 
 def _experts_spared(spec: ModelSpec, s: Setup) -> bool:

@@ -10,7 +10,7 @@ import math
 
 from dojo.errors import EstimateError
 from dojo.estimate.activations import activation_bytes as activation_bytes
-from dojo.estimate.activations import activation_phases, split_peak
+from dojo.estimate.activations import activation_phases, eager_scores, split_peak
 from dojo.estimate.adapter_extras import (
     dora_norm_transient,
     dora_params,
@@ -108,10 +108,9 @@ EAGER_SHORT_PER_SCORE = 3.2
 def _eager_backward_shortfall(spec: ModelSpec, s: Setup) -> float:
     """Headroom the note names for eager attention under checkpointing at long rows (docs/
     estimate.md, Not modelled): 3.2 B x the layer's score elements, 0 elsewhere."""
-    seq = s.run.data.seq_len
-    if s.attention != "eager" or not s.kernels.grad_ckpt or seq < EAGER_SHORT_FROM:
+    if not s.kernels.grad_ckpt or s.run.data.seq_len < EAGER_SHORT_FROM:
         return 0.0
-    return EAGER_SHORT_PER_SCORE * spec.num_heads * seq * seq * s.batch_rows
+    return EAGER_SHORT_PER_SCORE * eager_scores(spec, s)
 
 
 def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:

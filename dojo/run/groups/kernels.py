@@ -185,10 +185,10 @@ def resolve_kernels(
     spec: Any,
     packing: bool,
     said: list[str],
+    adapters: bool,
+    stage: Any,
+    offload: str,
     preference: bool = False,
-    adapters: bool = False,
-    stage: Any = 2,
-    offload: str = "none",
 ) -> KernelOptions:
     """Every "auto" of the group decided for ``machine`` and the model ``spec`` (None: unknown);
     ``adapters``, ``stage`` and ``offload`` (the run's method and ZeRO) for compile's."""
