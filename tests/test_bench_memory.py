@@ -50,7 +50,8 @@ FROZEN = {
     "heldout-users-next": "7c22f9accd0444a0",
     "heldout-eager-checkpointed": "db008a5eb3b3a997",  # committed before it runs: frozen from then on
     "heldout-offload-norm": "f2e08b6ebf570953",
-    "heldout-offload-init": "a9284e42819cc9b6",  # committed before it runs
+    "heldout-offload-init": "a9284e42819cc9b6",
+    "heldout-eager-cuda": "72d571f81883677a",  # committed before it runs
 }
 """Each set that has run (or is committed to run as held-out rows): a fingerprint of its rows and
 their fit/held split. A held-out claim rests on the rows committed before they ran, so these

@@ -13,6 +13,14 @@ BF16 = 2
 FP32 = 4
 TRL_TOKEN_CHUNK = 4096  # trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE (TRL 1.16)
 TRL_VOCAB_CHUNK = 32768  # trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
+EAGER_BWD = 16
+"""Bytes a score element that a recomputed eager layer holds at softmax's backward on CUDA: the
+kept fp32 softmax output and three fp32 score-sized blocks the backward makes (the allocator's
+history at the peak of Llama-3.2-1B LoRA, 1 x 8192, on the H100: 4 x 7.8 GiB). The CPU's
+kernels make one fewer (12 B: bench/eager_backward_cpu.py)."""
+EAGER_BWD_SOFTCAP = 18
+"""The same with Gemma-2's soft-cap, whose tanh keeps its bf16 output (Gemma-2-2B QLoRA,
+1 x 12288: 4 x 4.5 GiB fp32 + 2.25 GiB bf16; 14 B on the CPU)."""
 
 
 def activation_bytes(spec: ModelSpec, setup: Setup) -> tuple[int, int]:
@@ -134,13 +142,10 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
     layer_extra = (factor * a_layer if s.kernels.grad_ckpt else a_layer) + bias
     if eager and s.kernels.grad_ckpt:
         # The recomputed layer's score-sized tensors peak at softmax's backward, not at a
-        # multiple of what they keep: the fp32 softmax output and tanh's bf16 output (kept),
-        # the fp32 grad of the probabilities (the .to(bf16)'s backward) and softmax's fp32 grad
-        # of the scores, 12 B a score element, 14 with the soft-cap; the bf16 probabilities are
-        # freed by then. Measured exactly on the CPU with a frozen base (bench/eager_backward_cpu.py:
-        # 12.000 and 14.000 B against the 1.4 x 6 and 1.4 x 8 the factor gave it); full
-        # fine-tuning's factor (2.0) already charges more, and keeps it (not measured there).
-        layer_extra += max(0.0, (14 if softcap else 12) * scores - factor * eager_kept)
+        # multiple of what they keep: the fp32 softmax output and tanh's bf16 output (kept) and
+        # the backward's fp32 blocks (EAGER_BWD); the bf16 probabilities are freed by then. Full
+        # fine-tuning's factor (2.0) already charges 12 B of it (14 with the soft-cap).
+        layer_extra += max(0.0, (EAGER_BWD_SOFTCAP if softcap else EAGER_BWD) * scores - factor * eager_kept)
     if s.fp32_rest:
         # ... and the gradient of down_proj's input, from the 4-bit base and from the adapter,
         # is fp32 too: 2 x 2 B more a value at that layer's backward (the allocator's history at

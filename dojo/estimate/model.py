@@ -29,6 +29,7 @@ from dojo.estimate.quant import (
 from dojo.estimate.reserve import (
     FP64,
     allocator_reserve,
+    eager_backward_reserve,
     gpu_step_partition,
     grad_norm_copy,
     keeps_grad_partition,
@@ -97,22 +98,6 @@ def _z3_largest_sub_group(spec: ModelSpec, s: Setup, p_t: int) -> float:
     return float(max(largest, group))
 
 
-EAGER_SHORT_FROM = 8192
-"""Tokens a row from which eager attention's measured backward ran past the estimate (8k-12k:
-heldout-eager-checkpointed); at 4k the one such run came out over."""
-EAGER_SHORT_PER_SCORE = 3.2
-"""The most a measured run allocated beyond the estimate, in bytes a score element of a layer
-(Llama-3.2-1B LoRA 1 x 8192): the note's headroom, not in the total."""
-
-
-def _eager_backward_shortfall(spec: ModelSpec, s: Setup) -> float:
-    """Headroom the note names for eager attention under checkpointing at long rows (docs/
-    estimate.md, Not modelled): 3.2 B x the layer's score elements, 0 elsewhere."""
-    if not s.kernels.grad_ckpt or s.run.data.seq_len < EAGER_SHORT_FROM:
-        return 0.0
-    return EAGER_SHORT_PER_SCORE * eager_scores(spec, s)
-
-
 def _trainable(spec: ModelSpec, s: Setup) -> tuple[int, float, int]:
     """(trainable params, bytes of the frozen base, largest trainable tensor)."""
     p = spec.params
@@ -158,14 +143,6 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
                      "gradients and activations (fp32 ones take about twice as much)")  # fmt: skip
     p_t, w_base, largest_t = _trainable(spec, s)
     notes += modules_to_save_notes(spec, s)
-    eager_short = _eager_backward_shortfall(spec, s)
-    if eager_short >= 0.5 * GIB:
-        notes.append(
-            f"eager attention under checkpointing at {s.run.data.seq_len:,} tokens a row: measured "
-            "runs at 8k-12k allocated 1.4-3.2 B a score element more at the backward than this "
-            f"estimate counts, up to {eager_short / GIB:.1f} GiB here, so leave that headroom "
-            "(docs/estimate.md, Not modelled)"
-        )
     if s.run.model.method == "qlora" and s.zero.stage == 3:
         notes.append(
             "ZeRO-3 + QLoRA stores the 4-bit weights as bf16 (bnb_4bit_quant_storage) so ZeRO-3 "
@@ -301,6 +278,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     # the backward freed; only DeepSpeed's flat transients need segments of their own.
     flat_step = step if s.deepspeed else 0.0
     reserve = allocator_reserve(s, churn, flat_step, p_t, largest_t, logits_block, bf16_logits)
+    reserve += eager_backward_reserve(s, eager_scores(spec, s))
     remap = 0.0
     if s.kernels.expandable:
         backward_extra = params_work + grads_work + activations + logits + comm_current
