@@ -1072,7 +1072,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "Llama-3.2-3B QLoRA without DeepSpeed, both with --attn eager at 8k; TinyLlama LoRA at "
         "ZeRO-3, 2 x 4096; Gemma-2-2B QLoRA at ZeRO-1 and 16k). Every row held, committed before "
         "the set runs.",
-        committed="this commit, before the set ran",
+        committed="f3ecb7e, before the set ran",
         was="bench/rows.py",
         rows=(
             Row(H, D, "q15", 2, "lora", micro_batch=1, seq_len=8192, grad_ckpt=True, attn="eager", alloc=EXP),

@@ -145,7 +145,9 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         # multiple of what they keep: the fp32 softmax output and tanh's bf16 output (kept) and
         # the backward's fp32 blocks (EAGER_BWD); the bf16 probabilities are freed by then. Full
         # fine-tuning's factor (2.0) already charges 12 B of it (14 with the soft-cap).
-        layer_extra += max(0.0, (EAGER_BWD_SOFTCAP if softcap else EAGER_BWD) * scores - factor * eager_kept)
+        layer_extra += max(
+            0.0, (EAGER_BWD_SOFTCAP if softcap else EAGER_BWD) * scores - factor * eager_kept
+        )
     if s.fp32_rest:
         # ... and the gradient of down_proj's input, from the 4-bit base and from the adapter,
         # is fp32 too: 2 x 2 B more a value at that layer's backward (the allocator's history at
