@@ -144,7 +144,7 @@ def activation_phases(spec: ModelSpec, setup: Setup) -> tuple[int, int, int, int
         # The recomputed layer's score-sized tensors peak at softmax's backward, not at a
         # multiple of what they keep: the fp32 softmax output and tanh's bf16 output (kept) and
         # the backward's fp32 blocks (EAGER_BWD); the bf16 probabilities are freed by then. Full
-        # fine-tuning's factor (2.0) already charges 12 B of it (14 with the soft-cap).
+        # fine-tuning's factor (2.0) already charges 12 B of it (16 with the soft-cap).
         layer_extra += max(
             0.0, (EAGER_BWD_SOFTCAP if softcap else EAGER_BWD) * scores - factor * eager_kept
         )
