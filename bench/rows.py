@@ -1004,7 +1004,10 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "Gemma-2-2B QLoRA row at 8k came out -26.9%, so that row is no longer a held result "
         "and these are. Gemma-2-2B LoRA and QLoRA at 4k-12k (ZeRO-2, ZeRO-3, no DeepSpeed, the "
         "plain PEFT script) and Llama-3.2-1B with --attn eager (no soft-cap). Every row held, "
-        "committed before the set runs.",
+        "committed before the set runs. (Since f3ecb7e the estimate charges what two of these runs' "
+        "allocator histories showed on CUDA, 16 B a score element at softmax's backward, 18 with "
+        "the soft-cap, and one bf16 score block of reserve beside it, fitted on this set's runs: "
+        "for those terms they are fit rows, and heldout-eager-cuda holds the check.)",
         committed="1412464, before the set ran",
         was="bench/rows.py",
         rows=(
