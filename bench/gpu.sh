@@ -21,6 +21,9 @@
 # BENCH_KEEP_GRAD_PARTITION=FILE (an experiment: DeepSpeed keeps its gradient partition between
 # steps, bench/hook/sitecustomize.py).
 # BENCH_STEPDETAIL=1 (speed: a per-step record in each run, bench/steps.py).
+# BENCH_COMMIT=SHA (the commit the carried tree is at, recorded in the result's call: the lent
+# machine's copy of .git can be older; without it a tree that differs from that copy's HEAD is
+# recorded as HEAD+changes, bench/provenance.py).
 set -uo pipefail
 if [ "${1:-}" = pack ]; then  # before the set-up: it needs none, and runs last
   tar czf /tmp/out.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/out.tgz "$OUT/"
