@@ -1006,8 +1006,8 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "plain PEFT script) and Llama-3.2-1B with --attn eager (no soft-cap). Every row held, "
         "committed before the set runs. (Since f3ecb7e the estimate charges what two of these runs' "
         "allocator histories showed on CUDA, 16 B a score element at softmax's backward, 18 with "
-        "the soft-cap, and one bf16 score block of reserve beside it, fitted on this set's runs: "
-        "for those terms they are fit rows, and heldout-eager-cuda holds the check.)",
+        "the soft-cap, and one bf16 score block of reserve beside it, fitted on this set's dojo "
+        "runs: for those terms they are fit rows, and heldout-eager-cuda holds the check.)",
         committed="1412464, before the set ran",
         was="bench/rows.py",
         rows=(
@@ -1069,7 +1069,7 @@ MEMORY_SETS: dict[str, MemorySet] = {
         "holds 16 B a score element (18 with Gemma-2's soft-cap: three fp32 blocks beside the kept "
         "softmax output, one more than the CPU's kernels make) and the allocator keeps about one "
         "bf16 score block reserved beside them. The estimate changed for both after "
-        "heldout-eager-checkpointed's allocator histories showed them, so its six runs and "
+        "heldout-eager-checkpointed's allocator histories showed them, so its five dojo runs and "
         "heldout-users-next's Gemma-2-2B 8k row are no longer held results for these terms and "
         "these are: models and settings none of them had (Qwen2.5-1.5B LoRA at ZeRO-2 and "
         "Llama-3.2-3B QLoRA without DeepSpeed, both with --attn eager at 8k; TinyLlama LoRA at "

@@ -69,8 +69,9 @@ def eager_backward_reserve(s: Setup, scores: int) -> float:
     histories on an H100 (bench/results/memsnap/heldout-eager-checkpointed): 3.9 GiB above the
     allocated peak for Llama-3.2-1B LoRA at 1 x 8192 (0.5 of one layer's fp32 scores), 5.5 GiB
     for Gemma-2-2B QLoRA at 1 x 12288 (1.2 of them). The estimate charges one bf16 score block
-    (2 B a score element), fitted on the six runs of that set and heldout-users-next's Gemma-2 8k
-    row (the totals then -4.9% to +9.0%); ``scores`` is 0 under any other attention kernel.
+    (2 B a score element), fitted on that set's five dojo runs (its plain-script run is SDPA) and
+    heldout-users-next's Gemma-2 8k row (the totals then -4.9% to +9.0%); ``scores`` is 0 under
+    any other attention kernel.
     Without checkpointing every layer keeps its blocks, and nothing is charged (not measured)."""
     if not s.kernels.grad_ckpt:
         return 0.0
