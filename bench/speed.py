@@ -84,10 +84,12 @@ NO_LAUNCHER_S = 12.0
 """"trl" (bench/trl_sft.py without DeepSpeed) is one process; every other system starts under
 DeepSpeed's launcher, a parent process that imports DeepSpeed first: speed-peer.json's trl runs
 take 19-22 s beyond their steps, the plain script's 38-41 s and dojo's 31-36 s."""
-COMPILE_S = {"l1b": 12.0, "l7b": 60.0, "l8b": 60.0}
+COMPILE_S = {"l1b": 12.0, "l7b": 60.0, "l8b": 20.0}
 """Regional compile's first step, dojo runs whose resolved run compiles. l1b: the "dojo --compile
 on" runs of speed-peer-variants.json took 0-12 s longer than dojo's default beside them in the
-same call (warm-ups 6-12 s, Inductor's cache then warm); l7b and l8b not measured."""
+same call (warm-ups 6-12 s, Inductor's cache then warm); l8b: 8b-lora-ckpt and 8b-qlora-ckpt
+there, 11-19 s longer than the default in a call without warm-ups (each run cold); l7b not
+measured."""
 REF_MODEL_S = {"l1b": 15.0}
 """Full DPO and KTO build a reference model beside the policy (under ZeRO-3, partitioned too):
 speed-preference.json's 1b-dpo-full-z3 runs take 47-53 s beyond their steps, 1b-dpo-lora-z2's
