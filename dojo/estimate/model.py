@@ -144,8 +144,8 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
                      "gradients and activations (fp32 ones take about twice as much)")  # fmt: skip
     p_t, w_base, largest_t = _trainable(spec, s)
     notes += modules_to_save_notes(spec, s)
-    softcap = spec.model_type in SOFTCAP_MODEL_TYPES
-    short = softcap_reserve_shortfall(s, eager_scores(spec, s), softcap)
+    scores = eager_scores(spec, s)  # 0 unless eager: the backward's reserve and its note
+    short = softcap_reserve_shortfall(s, scores, spec.model_type in SOFTCAP_MODEL_TYPES)
     if short >= 0.5 * GIB:
         notes.append(
             f"soft-capped eager attention under checkpointing at {s.run.data.seq_len:,} tokens a "
@@ -289,7 +289,7 @@ def estimate(spec: ModelSpec, setup: Setup) -> MemoryEstimate:
     # the backward freed; only DeepSpeed's flat transients need segments of their own.
     flat_step = step if s.deepspeed else 0.0
     reserve = allocator_reserve(s, churn, flat_step, p_t, largest_t, logits_block, bf16_logits)
-    reserve += eager_backward_reserve(s, eager_scores(spec, s))
+    reserve += eager_backward_reserve(s, scores)
     remap = 0.0
     if s.kernels.expandable:
         backward_extra = params_work + grads_work + activations + logits + comm_current
