@@ -153,7 +153,7 @@ def load(a: argparse.Namespace, zero3: bool) -> Any:
 
 def main() -> None:
     import torch
-    from steps import steplog
+    from steps import leave_process_group, steplog
     from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
     ap = argparse.ArgumentParser()
@@ -224,6 +224,7 @@ def main() -> None:
     }
     if args.process_index == 0:
         Path(a.out, "baseline_summary.json").write_text(json.dumps(out, indent=1))
+    leave_process_group()
 
 
 if __name__ == "__main__":

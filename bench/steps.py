@@ -112,6 +112,16 @@ def steplog() -> Any:
     return StepLog()
 
 
+def leave_process_group() -> None:
+    """torch.distributed's advice before a process exits: destroy the group. A DeepSpeed CPU rank
+    (gloo) left to interpreter teardown now and then aborts after its work is done ("terminate
+    called without an active exception", exit 250); dojo's worker does the same."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def rates(log: dict[str, Any]) -> dict[str, Any]:
     """Tokens/s after step 1 and per window, and tokens per step, from a step log."""
     marks = log.get("marks") or []

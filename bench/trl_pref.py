@@ -97,6 +97,9 @@ def main() -> None:
     trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
                       peft_config=peft)  # fmt: skip
     trainer.train()
+    from steps import leave_process_group
+
+    leave_process_group()
 
 
 if __name__ == "__main__":

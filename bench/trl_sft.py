@@ -72,7 +72,7 @@ def main() -> None:
     import transformers
     import trl
     from datasets import load_dataset
-    from steps import steplog
+    from steps import leave_process_group, steplog
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
@@ -162,6 +162,7 @@ def main() -> None:
         out["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
     if int(os.environ.get("RANK", "0")) == 0:
         Path(a.out, "trl_summary.json").write_text(json.dumps(out, indent=1))
+    leave_process_group()
 
 
 if __name__ == "__main__":
