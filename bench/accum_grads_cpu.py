@@ -75,3 +75,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    from steps import leave_process_group
+
+    leave_process_group()
