@@ -111,7 +111,7 @@ def offload_init_hold(s: Setup, params: float, p_t: int) -> float:
     and never below it. On several GPUs the clone is 1/N of the copy and may land in the freed
     pages; the estimate charges it whole (not measured). A bound the training terms can only
     raise: 0 outside ZeRO-1/2 with offload."""
-    if s.zero.stage not in (1, 2) or s.zero.offload == "none" or not s.deepspeed:
+    if s.zero.stage not in (1, 2) or s.zero.offload == "none":  # stage "none": no DeepSpeed
         return 0.0
     return params + BF16 * p_t * (1 + 1 / s.world_size)
 
